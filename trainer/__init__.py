@@ -1,0 +1,1 @@
+"""Training of LightRetriever models: data, model wrappers, losses, loop, export."""
