@@ -35,7 +35,7 @@ def _build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if a in SUBCOMMANDS), None)
     for name, (module, help_text) in SUBCOMMANDS.items():
-        if wanted is None or name == wanted:
+        if name == wanted:
             importlib.import_module(module).register(sub)
         else:  # listed in --help without importing its module
             sub.add_parser(name, help=help_text)
