@@ -1,0 +1,125 @@
+"""``DocEncoder``: the inference wrapper ingest uses to turn texts into index vectors.
+
+It loads the bundle's doc encoder, tokenizes with the bundle's tokenizer exactly as training
+did (``framing.tokenize_texts``), batches documents of similar length, runs THE document
+forward (``LightRetrieverModel.encode_documents``) under ``torch.inference_mode`` and applies
+the bundle's sparse settings (top-k, min weight, special tokens dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from lr_opensearch.errors import IngestError
+from lr_opensearch.model.framing import special_token_ids, tokenize_texts
+from lr_opensearch.model.retriever import LightRetrieverModel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DocBatch:
+    """Encoded documents, in input order.
+
+    Attributes:
+        dense: [B, served_dim] float32.
+        sparse: per document, {token_id: weight} with finite weights > max(min_weight, 0),
+            at most top_k entries, special tokens excluded.
+        truncated: per document, whether it was cut to the bundle's max_length.
+    """
+
+    dense: np.ndarray
+    sparse: list[dict[int, float]]
+    truncated: list[bool]
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class DocEncoder:
+    """Encodes documents with a loaded ``LightRetrieverModel``.
+
+    Args:
+        model: the model (put in eval mode and moved to ``device`` here).
+        tokenizer: a ``tokenizers.Tokenizer`` (the bundle's).
+        max_length: framed tokens per document at most.
+        served_dim: leading dense dims kept (Matryoshka truncation).
+        top_k: sparse terms kept per document.
+        min_weight: sparse weights must be strictly above this (and above 0).
+        batch_size: documents per forward pass.
+        device: default GPU if available, else CPU.
+    """
+
+    def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,
+                 served_dim: int | None = None, top_k: int = 256, min_weight: float = 0.0,
+                 batch_size: int = 32, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else default_device()
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.served_dim = served_dim or model.hidden_size
+        self.top_k = top_k
+        self.min_weight = max(float(min_weight), 0.0)
+        self.batch_size = batch_size
+        self.excluded = torch.tensor(special_token_ids(tokenizer), dtype=torch.long)
+
+    @classmethod
+    def from_bundle(cls, bundle: Any, device: torch.device | str | None = None,
+                    batch_size: int = 32, dtype: torch.dtype = torch.float32) -> DocEncoder:
+        """Load the doc encoder of a bundle (``lr_opensearch.bundle.load_bundle``)."""
+        cfg = bundle.config
+        model = LightRetrieverModel.from_pretrained(
+            bundle.doc_encoder_dir, kind=cfg.kind, pooling=cfg.pooling,
+            normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype)
+        return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
+                   top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
+                   batch_size=batch_size, device=device)
+
+    def encode(self, texts: Sequence[str]) -> DocBatch:
+        """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
+        ids, truncated = tokenize_texts(self.tokenizer, texts, self.model.framing, self.max_length)
+        for i, row in enumerate(ids):
+            if not row:
+                raise IngestError(f"document {i} of the batch tokenizes to nothing and the "
+                                  "model adds no special tokens; drop empty documents")
+        dense = np.zeros((len(ids), self.served_dim), dtype=np.float32)
+        sparse: list[dict[int, float]] = [{} for _ in ids]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk])
+            dense[chunk] = out_dense
+            for i, terms in zip(chunk, out_sparse, strict=True):
+                sparse[i] = terms
+        return DocBatch(dense=dense, sparse=sparse, truncated=truncated)
+
+    def _encode_ids(self, rows: list[list[int]]) -> tuple[np.ndarray, list[dict[int, float]]]:
+        """Dense [b, served_dim] and top-k sparse dicts for framed id lists."""
+        length = max(len(r) for r in rows)
+        input_ids = torch.zeros(len(rows), length, dtype=torch.long)
+        mask = torch.zeros(len(rows), length, dtype=torch.long)
+        for n, row in enumerate(rows):
+            input_ids[n, : len(row)] = torch.tensor(row)
+            mask[n, : len(row)] = 1
+        with torch.inference_mode():
+            out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
+            weights = out.sparse.float()
+            if len(self.excluded):
+                weights[:, self.excluded.to(weights.device)] = 0.0
+            k = min(self.top_k, weights.shape[1])
+            values, indices = torch.topk(weights, k, dim=1)
+            dense = out.dense[:, : self.served_dim].float().cpu().numpy()
+        return dense, [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
+
+
+def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:
+    """{token_id: weight} of the finite weights above ``min_weight``."""
+    ok = torch.isfinite(values) & (values > min_weight)
+    return {int(t): float(w) for t, w in zip(indices[ok].tolist(), values[ok].tolist(), strict=True)}

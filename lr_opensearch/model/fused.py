@@ -1,0 +1,124 @@
+"""The fused vocabulary projection + max over positions (the sparse document side).
+
+The sparse document vector of LightRetriever (as in SPLADE) is
+
+    s_v = log(1 + relu(max_t (h_t . P_v + b_v)))      over non-padding positions t.
+
+Computed naively this materialises the logits tensor ``[B, T, V]`` (128 x 512 x 150k floats
+is 39 GB for a Llama-3 vocabulary). Because relu and log1p are monotone, the max can be
+taken first, and the max only needs a running value and its argmax. ``FusedProjectionMax``
+walks over vocabulary chunks, keeps ``[B, V]`` maxima and argmaxes, and in the backward
+pass scatters each output gradient to the one position where its max was taken, so no
+more than ``[B, T, chunk]`` is ever alive.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Elements of one [B, T, chunk] logits block; 2**25 floats = 128 MiB in float32.
+DEFAULT_BLOCK_ELEMENTS = 2**25
+
+
+def _chunk_size(batch: int, length: int, vocab: int, block_elements: int) -> int:
+    return max(1, min(vocab, block_elements // max(1, batch * length)))
+
+
+class FusedProjectionMax(torch.autograd.Function):
+    """max over masked positions of ``hidden @ weight.T + bias``, without the [B, T, V] tensor.
+
+    Forward inputs: hidden [B, T, H], mask [B, T] (bool, True = real token), weight [V, H],
+    bias [V] or None, chunk (int). Output: [B, V] maxima (``-inf`` where a row has no real
+    token). Backward: gradients for hidden, weight and bias, nonzero only at the argmax.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, mask, weight, bias, chunk):  # type: ignore[override]
+        batch, length, _ = hidden.shape
+        vocab = weight.shape[0]
+        values = hidden.new_empty(batch, vocab)
+        argmax = torch.empty(batch, vocab, dtype=torch.long, device=hidden.device)
+        # additive mask: 0 at real tokens, -inf at padding; [B, T, 1]
+        pad = torch.zeros(batch, length, 1, dtype=hidden.dtype, device=hidden.device)
+        pad.masked_fill_(~mask.unsqueeze(-1), float("-inf"))
+        for start in range(0, vocab, chunk):
+            stop = min(start + chunk, vocab)
+            logits = torch.matmul(hidden, weight[start:stop].t())  # [B, T, c]
+            if bias is not None:
+                logits = logits + bias[start:stop]
+            logits = logits + pad
+            values[:, start:stop], argmax[:, start:stop] = logits.max(dim=1)
+            del logits
+        ctx.save_for_backward(hidden, weight, argmax)
+        ctx.has_bias = bias is not None
+        ctx.chunk = chunk
+        return values
+
+    @staticmethod
+    def backward(ctx, grad_values):  # type: ignore[override]
+        hidden, weight, argmax = ctx.saved_tensors
+        chunk = ctx.chunk
+        need_h, _, need_w, need_b, _ = ctx.needs_input_grad
+        grad_values = grad_values.contiguous()
+        grad_hidden = torch.zeros_like(hidden) if need_h else None
+        grad_weight = torch.zeros_like(weight) if need_w else None
+        vocab = weight.shape[0]
+        batch, length, _ = hidden.shape
+        for start in range(0, vocab, chunk):
+            stop = min(start + chunk, vocab)
+            # routing[b, t, v] = grad[b, v] if t is the argmax of (b, v), else 0: [B, T, c]
+            routing = hidden.new_zeros(batch, length, stop - start)
+            routing.scatter_(1, argmax[:, start:stop].unsqueeze(1),
+                             grad_values[:, start:stop].unsqueeze(1))
+            if grad_hidden is not None:
+                grad_hidden += torch.matmul(routing, weight[start:stop])
+            if grad_weight is not None:
+                grad_weight[start:stop] = torch.einsum("btc,bth->ch", routing, hidden)
+            del routing
+        grad_bias = grad_values.sum(0) if (ctx.has_bias and need_b) else None
+        return grad_hidden, None, grad_weight, grad_bias, None
+
+
+def projection_max(
+    hidden: torch.Tensor,
+    mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    chunk: int | None = None,
+    block_elements: int = DEFAULT_BLOCK_ELEMENTS,
+) -> torch.Tensor:
+    """Max over real positions of the vocabulary logits, fused (no [B, T, V] tensor).
+
+    Args:
+        hidden: [B, T, H] hidden states (after the head's transform, if any).
+        mask: [B, T] attention mask (nonzero = real token).
+        weight: [V, H] projection (LM head / MLM decoder / input embeddings).
+        bias: [V] or None.
+        chunk: vocabulary entries per step; default sized so that one [B, T, chunk] block
+            holds about ``block_elements`` elements.
+        block_elements: the memory budget used when ``chunk`` is None.
+
+    Returns:
+        [B, V] maxima; ``-inf`` for a row without any real token.
+    """
+    batch, length, _ = hidden.shape
+    if chunk is None:
+        chunk = _chunk_size(batch, length, weight.shape[0], block_elements)
+    return FusedProjectionMax.apply(hidden, mask.bool(), weight, bias, int(chunk))
+
+
+def naive_projection_max(
+    hidden: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Reference implementation that materialises [B, T, V]; for tests and benchmarks only."""
+    logits = torch.matmul(hidden, weight.t())
+    if bias is not None:
+        logits = logits + bias
+    logits = logits.masked_fill(~mask.bool().unsqueeze(-1), float("-inf"))
+    return logits.max(dim=1).values
+
+
+def sparse_activation(maxima: torch.Tensor) -> torch.Tensor:
+    """log(1 + relu(x)): the SPLADE saturation applied after the max. Shape preserved."""
+    return torch.log1p(torch.relu(maxima))

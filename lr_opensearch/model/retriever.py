@@ -1,0 +1,333 @@
+"""``LightRetrieverModel``: an HF backbone with the LightRetriever document and query forwards.
+
+- ``encode_documents``: THE document forward (dense pooled vector + sparse vocabulary
+  vector via the fused projection+max). Training, table caching and ingest all call it.
+- ``encode_query_dense``: the training-side query forward: every query token encoded as
+  ``instruction + token`` in one block-masked sequence per query, mean over the tokens.
+- ``token_table``: the same per-token forward over the whole vocabulary (the query table).
+
+Subclasses differ only in pooling (``LastTokenRetriever``, ``ClsRetriever``,
+``MeanRetriever``); ``LightRetrieverModel.from_pretrained`` picks the right one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lr_opensearch.errors import ConfigError, QueryError
+from lr_opensearch.model.framing import Framing
+from lr_opensearch.model.fused import projection_max, sparse_activation
+from lr_opensearch.model.heads import SparseHead, unwrap
+from lr_opensearch.model.loading import (
+    build_hf,
+    eos_token_id,
+    infer_kind,
+    load_hf,
+    sentence_transformers_settings,
+)
+from lr_opensearch.model.packing import pack_blocks
+
+logger = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean", "last")
+
+
+@dataclass(frozen=True)
+class DocOutput:
+    """Output of the document forward.
+
+    Attributes:
+        dense: [B, H] pooled (optionally L2-normalised) vectors.
+        sparse: [B, V] non-negative vocabulary weights, log(1 + relu(max_t logits)).
+    """
+
+    dense: torch.Tensor
+    sparse: torch.Tensor
+
+
+class LightRetrieverModel(nn.Module):
+    """HF backbone + pooling + sparse head. Subclasses override ``pooling_weights`` only.
+
+    Args:
+        hf: the HF model (``BertModel``, ``BertForMaskedLM``, ``LlamaForCausalLM``, ...);
+            may later be wrapped by peft.
+        kind: "encoder" (bidirectional) or "decoder" (causal).
+        framing: special tokens around documents and query-token blocks.
+        sparse_head: "lm" | "mlm" | "tied" | None (auto: the best head the model has).
+        normalize: L2-normalise dense vectors (documents and each query token's vector).
+        architecture: the HF architecture name (recorded in bundles).
+        name: the backbone's name (recorded in bundles).
+    """
+
+    pooling: ClassVar[str] = ""
+
+    def __init__(self, hf: nn.Module, *, kind: str, framing: Framing,
+                 sparse_head: str | None = None, normalize: bool = False,
+                 architecture: str = "", name: str = "") -> None:
+        super().__init__()
+        if kind not in ("encoder", "decoder"):
+            raise ConfigError(f"unknown backbone kind {kind!r}; valid: 'encoder', 'decoder'")
+        self.hf = hf
+        self.kind = kind
+        self.framing = framing
+        self.normalize = normalize
+        self.head = SparseHead.detect(hf, sparse_head)
+        self.architecture = architecture or type(unwrap(hf)).__name__
+        self.name = name
+
+    # ---- construction -------------------------------------------------------------------
+    @staticmethod
+    def create(hf: nn.Module, *, pooling: str, **kwargs: Any) -> LightRetrieverModel:
+        """Instantiate the subclass for ``pooling`` ("cls" | "mean" | "last")."""
+        classes = {c.pooling: c for c in (ClsRetriever, MeanRetriever, LastTokenRetriever)}
+        if pooling not in classes:
+            raise ConfigError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
+        return classes[pooling](hf, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, *, kind: str | None = None,
+                        pooling: str | None = None, normalize: bool | None = False,
+                        sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
+                        name: str | None = None) -> LightRetrieverModel:
+        """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
+
+        ``kind`` is detected from config.json; ``pooling`` defaults to the directory's
+        sentence-transformers setting, else "last" for decoders and "cls" for encoders.
+        ``normalize=None`` likewise takes the sentence-transformers setting.
+        """
+        from tokenizers import Tokenizer
+
+        model_dir = Path(model_dir)
+        hf, architecture = load_hf(model_dir, dtype)
+        kind = kind or infer_kind(hf.config, architecture)
+        tok_file = model_dir / "tokenizer.json"
+        if not tok_file.is_file():
+            raise ConfigError(f"{model_dir}: no tokenizer.json (HF tokenizers format) beside "
+                              "the weights; save the tokenizer with save_pretrained")
+        framing = Framing.derive(Tokenizer.from_file(str(tok_file)), kind, eos_token_id(hf.config))
+        st = sentence_transformers_settings(model_dir)
+        pooling = pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
+        if normalize is None:
+            normalize = bool(st.get("normalize", False))
+        name = name or getattr(hf.config, "_name_or_path", "") or model_dir.name
+        return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
+                          sparse_head=sparse_head, normalize=normalize,
+                          architecture=architecture, name=str(name))
+
+    @classmethod
+    def from_config(cls, config: Any, *, architecture: str | None = None,
+                    kind: str | None = None, pooling: str | None = None,
+                    normalize: bool = False, sparse_head: str | None = None,
+                    framing: Framing | None = None, tokenizer: Any = None) -> LightRetrieverModel:
+        """A randomly initialised model from an HF config (tests, tiny demos).
+
+        ``framing`` defaults to the tokenizer's (if given), else no special tokens for
+        encoders and ``(bos?, ..., eos)`` from the config for decoders.
+        """
+        hf, architecture = build_hf(config, architecture)
+        kind = kind or infer_kind(config, architecture)
+        if framing is None and tokenizer is not None:
+            framing = Framing.derive(tokenizer, kind, eos_token_id(config))
+        if framing is None:
+            eos = eos_token_id(config)
+            framing = Framing(suffix=(eos,) if kind == "decoder" and eos is not None else ())
+        pooling = pooling or ("last" if kind == "decoder" else "cls")
+        return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
+                          sparse_head=sparse_head, normalize=normalize,
+                          architecture=architecture, name=str(getattr(config, "model_type", "")))
+
+    # ---- properties ---------------------------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return int(unwrap(self.hf).config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.head.projection(self.hf)[0].shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.hf.parameters()).dtype
+
+    # ---- pooling (what subclasses override) ----------------------------------------------
+    def pooling_weights(self, visible: torch.Tensor) -> torch.Tensor:
+        """Pooling as weights over positions.
+
+        Args:
+            visible: [..., T] bool, the positions of one sequence (or one packed block).
+        Returns:
+            [..., T] float weights; the pooled vector is ``weights @ hidden``.
+        """
+        raise NotImplementedError
+
+    def pool(self, hidden: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """Pool hidden [N, T, H] over visible [N, T] -> [N, H] or [N, K, T] -> [N, K, H]."""
+        weights = self.pooling_weights(visible.bool()).to(hidden.dtype)
+        if weights.dim() == 2:
+            return torch.bmm(weights.unsqueeze(1), hidden).squeeze(1)
+        return torch.bmm(weights, hidden)
+
+    def _finish(self, dense: torch.Tensor) -> torch.Tensor:
+        return F.normalize(dense, dim=-1) if self.normalize else dense
+
+    # ---- forwards -----------------------------------------------------------------------
+    def body(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+             position_ids: torch.Tensor) -> torch.Tensor:
+        """The transformer body: last hidden states [B, T, H]. Mask 2D [B, T] or 4D additive."""
+        base = unwrap(self.hf).base_model
+        out = base(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids, use_cache=False)
+        return out.last_hidden_state
+
+    def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DocOutput:
+        """THE document forward.
+
+        Args:
+            input_ids: [B, T] framed token ids (see ``framing.tokenize_texts``), any padding side.
+            attention_mask: [B, T], 1 = real token.
+        Returns:
+            DocOutput(dense [B, H], sparse [B, V]); differentiable.
+        """
+        mask = attention_mask.bool()
+        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.body(input_ids, attention_mask.long(), position_ids)
+        dense = self._finish(self.pool(hidden, mask))
+        weight, bias = self.head.projection(self.hf)
+        maxima = projection_max(self.head.transform(self.hf, hidden), mask, weight, bias)
+        return DocOutput(dense=dense, sparse=sparse_activation(maxima))
+
+    def query_layout(self, instruction_ids: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """How ``instruction + token`` is laid out: (shared ids, block head, block tail).
+
+        The block of token t is ``head + [t] + tail``; the independent sequence it stands
+        for is ``shared + block`` = ``framing.prefix + instruction + [t] + framing.suffix``.
+        Decoders share the framed prompt; encoders share nothing (see ``packing``).
+        """
+        prompt = [*self.framing.prefix, *instruction_ids]
+        if self.kind == "decoder":
+            return prompt, [], list(self.framing.suffix)
+        return [], prompt, list(self.framing.suffix)
+
+    def encode_token_blocks(self, instruction_ids: Sequence[int],
+                            sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Per-token dense vectors, packed one sequence per entry of ``sequences``.
+
+        Args:
+            instruction_ids: the instruction's ids (no special tokens).
+            sequences: token ids per packed sequence (each non-empty).
+        Returns:
+            [N, K, H] per-token vectors (normalised if configured); entries k >= len(seq n)
+            are padding.
+        """
+        shared, head, tail = self.query_layout(instruction_ids)
+        blocks = [[[*head, int(t), *tail] for t in seq] for seq in sequences]
+        packed = pack_blocks(shared, blocks, causal=self.kind == "decoder",
+                             dtype=self.dtype, device=self.device)
+        hidden = self.body(packed.input_ids, packed.attention_mask, packed.position_ids)
+        return self._finish(self.pool(hidden, packed.visible))
+
+    def encode_query_dense(self, instruction_ids: Sequence[int],
+                           queries_token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Training-side dense query vectors: mean over tokens of Enc(instruction + token).
+
+        Args:
+            instruction_ids: the instruction's ids (no special tokens).
+            queries_token_ids: per query, its token ids (no special tokens; repeats count).
+        Returns:
+            [B, H]; differentiable. Equals the mean of the query-table rows of its tokens.
+        """
+        for i, tokens in enumerate(queries_token_ids):
+            if len(tokens) == 0:
+                raise QueryError(f"query {i} of the batch has no tokens; drop it before encoding")
+        per_token = self.encode_token_blocks(instruction_ids, queries_token_ids)  # [B, K, H]
+        counts = torch.tensor([len(q) for q in queries_token_ids], device=per_token.device)
+        keep = torch.arange(per_token.shape[1], device=per_token.device) < counts.unsqueeze(1)
+        summed = (per_token * keep.unsqueeze(-1).to(per_token.dtype)).sum(1)
+        return summed / counts.unsqueeze(1).to(per_token.dtype)
+
+    def token_table(self, instruction_ids: Sequence[int], vocab_size: int | None = None, *,
+                    batch_size: int = 256, tokens_per_sequence: int | None = None,
+                    progress: bool = True) -> torch.Tensor:
+        """The query table: row t = Enc(instruction + t), for every t < vocab_size.
+
+        Args:
+            instruction_ids: the instruction's ids (no special tokens).
+            vocab_size: rows to compute (default: the sparse head's vocabulary size).
+            batch_size: table rows per forward pass.
+            tokens_per_sequence: rows packed into one sequence (default: 1 for encoders,
+                where nothing is shared; 64 for decoders, which share the prompt).
+            progress: show a tqdm bar.
+        Returns:
+            [V, H] float32 on the CPU.
+        """
+        from tqdm.auto import tqdm
+
+        vocab_size = vocab_size or self.vocab_size
+        per_seq = tokens_per_sequence or (64 if self.kind == "decoder" else 1)
+        table = torch.empty(vocab_size, self.hidden_size, dtype=torch.float32)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode(), tqdm(total=vocab_size, desc="query table", unit="tok",
+                                              disable=not progress) as bar:
+                for start in range(0, vocab_size, batch_size):
+                    stop = min(start + batch_size, vocab_size)
+                    seqs = [list(range(s, min(s + per_seq, stop))) for s in range(start, stop, per_seq)]
+                    vectors = self.encode_token_blocks(instruction_ids, seqs)
+                    flat = torch.cat([v[: len(s)] for v, s in zip(vectors, seqs, strict=True)])
+                    table[start:stop] = flat.float().cpu()
+                    bar.update(stop - start)
+        finally:
+            self.train(was_training)
+        return table
+
+    def save_pretrained(self, out_dir: str | Path) -> Path:
+        """Save the HF model (safetensors) to ``out_dir``; peft adapters are merged first."""
+        hf = self.hf
+        if callable(getattr(hf, "merge_and_unload", None)):
+            logger.info("merging LoRA adapters into the backbone before saving")
+            hf = hf.merge_and_unload()
+            self.hf = hf
+        out = Path(out_dir)
+        hf.save_pretrained(out)
+        return out
+
+
+class LastTokenRetriever(LightRetrieverModel):
+    """Pooling = the last real position (decoders: the EOS of the framing)."""
+
+    pooling = "last"
+
+    def pooling_weights(self, visible: torch.Tensor) -> torch.Tensor:
+        return (visible & (visible.cumsum(-1) == visible.sum(-1, keepdim=True))).float()
+
+
+class ClsRetriever(LightRetrieverModel):
+    """Pooling = the first real position (BERT's [CLS])."""
+
+    pooling = "cls"
+
+    def pooling_weights(self, visible: torch.Tensor) -> torch.Tensor:
+        return (visible & (visible.cumsum(-1) == 1)).float()
+
+
+class MeanRetriever(LightRetrieverModel):
+    """Pooling = the mean over real positions (sentence-transformers' mean pooling)."""
+
+    pooling = "mean"
+
+    def pooling_weights(self, visible: torch.Tensor) -> torch.Tensor:
+        weights = visible.float()
+        return weights / weights.sum(-1, keepdim=True).clamp(min=1.0)
