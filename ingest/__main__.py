@@ -1,0 +1,10 @@
+"""``python -m ingest`` is ``python -m ingest.bulk``."""
+
+from __future__ import annotations
+
+import sys
+
+from ingest.bulk import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Command-line parsing for ``python -m ingest.bulk`` (thin: arguments -> ``IngestConfig``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from .config import BulkSettings, ConnectionConfig, IngestConfig, RetryPolicy, default_state_dir
+from .report import IngestSummary
+
+EPILOG = """\
+exit status: 0 every record indexed; 3 done, but some lines were skipped or refused (see the
+dead-letter file); 1 error (rerun the same command to resume); 130 interrupted.
+
+Empty documents: a record with a title but no text is indexed title-only; with neither it is
+skipped and reported. Records longer than the encoder's max length are truncated for encoding
+(the stored text is complete) and counted in the summary.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ingest options (shared by ``python -m ingest.bulk`` and the launcher's workers)."""
+    p.add_argument("corpus", help="JSONL or JSONL.gz in BEIR corpus form ('_id'/'id', 'title', "
+                   "'text', other keys kept as metadata), or '-' for stdin")
+    p.add_argument("--bundle", required=True, help="model bundle directory")
+    p.add_argument("--index", required=True, help="target index (created if absent)")
+    g = p.add_argument_group("connection (defaults: LR_OPENSEARCH_URL / _USER / _PASSWORD / _CA_CERTS)")
+    g.add_argument("--url", help="cluster URL, e.g. https://localhost:9200")
+    g.add_argument("--user")
+    g.add_argument("--password", help="prefer LR_OPENSEARCH_PASSWORD: arguments show in ps")
+    g.add_argument("--ca-certs", help="CA bundle for TLS")
+    g.add_argument("--no-verify-certs", action="store_true", help="do not verify TLS certificates")
+    g.add_argument("--timeout", type=int, default=120, help="request timeout in seconds")
+    g = p.add_argument_group("throughput")
+    g.add_argument("--batch-size", type=int, default=32, help="documents per encoder forward")
+    g.add_argument("--chunk-size", type=int, default=256,
+                   help="documents per bulk request and per checkpoint")
+    g.add_argument("--sort-window", type=int, default=1024,
+                   help="records read ahead and sorted by length before batching")
+    g.add_argument("--queue-chunks", type=int, default=2,
+                   help="encoded chunks that may wait for the writer thread")
+    g.add_argument("--device", help="torch device for the encoder (cpu, cuda, cuda:1, ...); "
+                   "default: GPU if available")
+    g = p.add_argument_group("splitting")
+    g.add_argument("--workers", type=int, default=1, help="split the corpus N ways; without "
+                   "--worker-id, run N local worker processes")
+    g.add_argument("--worker-id", type=int, help="handle part K of N (0-based), e.g. on machine K")
+    g = p.add_argument_group("resume and reports")
+    g.add_argument("--restart", action="store_true", help="ignore the checkpoint and start over")
+    g.add_argument("--state-dir", type=Path, default=None,
+                   help=f"checkpoint directory (default {default_state_dir()})")
+    g.add_argument("--dead-letter", type=Path, help="JSONL of every line not indexed "
+                   "(default: next to the checkpoint)")
+    g.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    g = p.add_argument_group("index settings during the load")
+    g.add_argument("--bulk-settings", dest="bulk_settings", action="store_true", default=None,
+                   help="refresh off and 0 replicas during the load, restored after (default "
+                   "unless --worker-id is given)")
+    g.add_argument("--no-bulk-settings", dest="bulk_settings", action="store_false")
+    g.add_argument("--refresh-interval", help="refresh_interval after the load (default: as before)")
+    g.add_argument("--replicas", type=int, help="number_of_replicas after the load (default: as before)")
+    g = p.add_argument_group("retries on 429 / 5xx / connection errors")
+    g.add_argument("--max-attempts", type=int, default=8)
+    g.add_argument("--initial-backoff", type=float, default=0.5)
+    g.add_argument("--max-backoff", type=float, default=30.0)
+    g = p.add_argument_group("output")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress bar, warnings only")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m ingest.bulk", description="Ingest a BEIR-form corpus into a "
+        "LightRetriever index (dense + sparse fields), resumably.", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> IngestConfig:
+    """Build the (validated) ``IngestConfig``; raises ``ConfigError`` on bad values."""
+    bulk = args.bulk_settings if args.bulk_settings is not None else args.worker_id is None
+    extra: dict[str, Any] = {}
+    if args.state_dir is not None:
+        extra["state_dir"] = args.state_dir
+    return IngestConfig(
+        corpus=args.corpus, bundle=args.bundle, index=args.index,
+        connection=ConnectionConfig(url=args.url, user=args.user, password=args.password,
+                                    ca_certs=args.ca_certs,
+                                    verify_certs=not args.no_verify_certs, timeout=args.timeout),
+        batch_size=args.batch_size, chunk_size=args.chunk_size, sort_window=args.sort_window,
+        queue_chunks=args.queue_chunks, workers=args.workers, worker_id=args.worker_id,
+        device=args.device, restart=args.restart, dead_letter=args.dead_letter,
+        bulk_settings=BulkSettings(enabled=bulk, refresh_interval=args.refresh_interval,
+                                   replicas=args.replicas),
+        retry=RetryPolicy(max_attempts=args.max_attempts, initial_backoff=args.initial_backoff,
+                          max_backoff=args.max_backoff),
+        progress=not (args.quiet or args.no_progress), summary_json=args.summary_json, **extra)
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:
+    """Print the summary (stdout) and write it as JSON if asked."""
+    if config.summary_json is not None:
+        Path(config.summary_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(config.summary_json).write_text(json.dumps(summary.to_dict(), indent=1),
+                                             encoding="utf-8")
+    if not quiet or summary.counts.failed or summary.counts.skipped:
+        print(summary.format_text(), flush=True)

@@ -1,0 +1,301 @@
+"""Streaming corpus reader: JSONL, JSONL.gz or stdin in BEIR corpus form, with validation.
+
+Every non-blank input line becomes exactly one item, in input order:
+
+- ``Record``: a valid document for this worker;
+- ``Rejection``: a line this worker must report and skip (malformed JSON, missing or
+  invalid id, duplicate id, no text and no title, bytes that are not UTF-8, ...);
+- ``Foreign``: a line that belongs to another worker of a split run (or is blank).
+
+Lines are numbered from 1; ``end_offset`` is the byte offset (of the decompressed stream)
+just after the line, which the checkpoint records. Splitting is by a stable hash of the
+record id (CRC32, the same on every machine), so duplicates of an id always meet in the
+same worker; lines without a usable id are assigned by line number.
+
+Empty documents: a record whose ``text`` is empty or missing but which has a ``title`` is
+indexed title-only (counted as ``title_only``); with neither it is skipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from lr_opensearch.errors import CorpusError, IngestError
+
+from .config import STDIN
+
+MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
+EXCERPT_CHARS = 200  # how much of a bad line goes into the dead-letter file
+
+# Rejection reasons (stable strings: they appear in reports and dead-letter files).
+MALFORMED_JSON = "malformed_json"
+NOT_AN_OBJECT = "not_an_object"
+INVALID_UTF8 = "invalid_utf8"
+MISSING_ID = "missing_id"
+INVALID_ID = "invalid_id"
+DUPLICATE_ID = "duplicate_id"
+INVALID_FIELD = "invalid_field"
+EMPTY_DOCUMENT = "empty_document"
+
+
+@dataclass(frozen=True)
+class Record:
+    """A valid corpus document.
+
+    line: 1-based input line; end_offset: byte offset after it; metadata: every other key.
+    """
+
+    line: int
+    end_offset: int
+    id: str
+    title: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def title_only(self) -> bool:
+        return not self.text.strip()
+
+    def encoder_text(self) -> str:
+        """The string the doc encoder sees: title and text joined by one space."""
+        return document_text(self.title, self.text)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A line that is reported and skipped; ``reason`` is one of the constants above."""
+
+    line: int
+    end_offset: int
+    reason: str
+    message: str
+    id: str | None = None
+    excerpt: str = ""
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A line another worker handles, or a blank line: nothing to do but move past it."""
+
+    line: int
+    end_offset: int
+
+
+Item = Record | Rejection | Foreign
+
+
+def document_text(title: str, text: str) -> str:
+    """Join title and text for the encoder (BEIR convention: ``title + " " + text``)."""
+    title, text = title.strip(), text.strip()
+    if title and text:
+        return f"{title} {text}"
+    return title or text
+
+
+def worker_of(key: str, workers: int) -> int:
+    """The worker (0..workers-1) that owns a record id: CRC32 of its UTF-8 bytes, mod N."""
+    return zlib.crc32(key.encode("utf-8")) % workers
+
+
+def open_corpus(path: str) -> tuple[IO[bytes], IO[bytes]]:
+    """Open a corpus as (decoded binary stream, underlying raw file).
+
+    gzip is recognised by its magic bytes, not the name; ``-`` is stdin (both the same).
+    ``raw.tell()`` is the position in the file on disk (compressed bytes for gzip).
+
+    Raises:
+        CorpusError: the file does not exist or is not readable.
+    """
+    if path == STDIN:
+        return sys.stdin.buffer, sys.stdin.buffer
+    p = Path(path)
+    if not p.is_file():
+        raise CorpusError(f"corpus file {path!r} does not exist or is not a file")
+    raw = open(p, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        return io.BufferedReader(gz, buffer_size=1 << 20), raw  # type: ignore[arg-type]
+    return raw, raw
+
+
+def is_gzip(path: str) -> bool:
+    if path == STDIN:
+        return False
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def count_lines(path: str) -> int:
+    """Number of lines of a plain (not gzip) file, counted in 1 MiB blocks."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+class CorpusReader:
+    """Iterate a corpus as ``Record`` / ``Rejection`` / ``Foreign`` items for one worker.
+
+    Args:
+        path: corpus path or ``"-"``.
+        worker: (worker_id, workers) of this process.
+        resume_line / resume_offset: a checkpoint position. Lines up to ``resume_line`` are
+            read again but not yielded; the ids they contain re-enter the duplicate check, and
+            the byte offset after ``resume_line`` must equal ``resume_offset`` (else the corpus
+            changed since the checkpoint and resuming would lose or double documents).
+    """
+
+    def __init__(self, path: str, *, worker: tuple[int, int] = (0, 1),
+                 resume_line: int = 0, resume_offset: int = 0) -> None:
+        self.path = path
+        self.worker_id, self.workers = worker
+        self.resume_line = resume_line
+        self.resume_offset = resume_offset
+        self._seen: set[str] = set()
+        self._raw: IO[bytes] | None = None
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[Item]:
+        stream, self._raw = open_corpus(self.path)
+        try:
+            yield from self._items(stream)
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+                self._raw.close()
+            self._raw = None
+
+    def file_position(self) -> int:
+        """Bytes of the file on disk consumed so far (compressed bytes for gzip)."""
+        raw = self._raw
+        if raw is None or raw is sys.stdin.buffer:
+            return self.bytes_read
+        try:
+            return raw.tell()
+        except (OSError, ValueError):
+            return self.bytes_read
+
+    def _items(self, stream: IO[bytes]) -> Iterator[Item]:
+        offset = 0
+        line_no = 0
+        for raw in stream:
+            line_no += 1
+            offset += len(raw)
+            self.bytes_read = offset
+            item = self._classify(raw, line_no, offset)
+            if line_no <= self.resume_line:
+                if line_no == self.resume_line and offset != self.resume_offset:
+                    raise IngestError(
+                        f"{self.path}: line {line_no} ends at byte {offset}, but the checkpoint "
+                        f"says {self.resume_offset}: the corpus changed since the last run. "
+                        "Rerun with --restart to ingest it from the beginning.")
+                continue
+            yield item
+        if line_no < self.resume_line:
+            raise IngestError(f"{self.path} has {line_no} lines but the checkpoint is at line "
+                              f"{self.resume_line}: the corpus changed; rerun with --restart.")
+
+    def _classify(self, raw: bytes, line_no: int, end: int) -> Item:
+        if not raw.strip():
+            return Foreign(line_no, end)
+        parsed = _parse_line(raw, line_no, end)
+        if isinstance(parsed, Rejection):
+            return parsed if self._mine_by_line(line_no) else Foreign(line_no, end)
+        obj = parsed
+        doc_id, problem = _extract_id(obj)
+        if doc_id is None:
+            if not self._mine_by_line(line_no):
+                return Foreign(line_no, end)
+            reason = MISSING_ID if problem is None else INVALID_ID
+            msg = problem or "record has neither '_id' nor 'id' (or it is empty)"
+            return Rejection(line_no, end, reason, msg, excerpt=_excerpt(raw))
+        if self.workers > 1 and worker_of(doc_id, self.workers) != self.worker_id:
+            return Foreign(line_no, end)
+        return self._validate(obj, doc_id, raw, line_no, end)
+
+    def _validate(self, obj: dict[str, Any], doc_id: str, raw: bytes, line_no: int,
+                  end: int) -> Record | Rejection:
+        fields = {}
+        for name in ("title", "text"):
+            value = obj.get(name)
+            if value is None:
+                value = ""
+            if not isinstance(value, str):
+                return Rejection(line_no, end, INVALID_FIELD,
+                                 f"field {name!r} must be a string, got {type(value).__name__}",
+                                 id=doc_id, excerpt=_excerpt(raw))
+            fields[name] = value
+        if not fields["title"].strip() and not fields["text"].strip():
+            return Rejection(line_no, end, EMPTY_DOCUMENT,
+                             "both 'text' and 'title' are empty or missing", id=doc_id,
+                             excerpt=_excerpt(raw))
+        if doc_id in self._seen:
+            return Rejection(line_no, end, DUPLICATE_ID,
+                             f"id {doc_id!r} already appeared earlier in the corpus; "
+                             "this later occurrence is skipped", id=doc_id, excerpt=_excerpt(raw))
+        self._seen.add(doc_id)
+        return Record(line_no, end, doc_id, fields["title"], fields["text"], _metadata(obj))
+
+    def _mine_by_line(self, line_no: int) -> bool:
+        return line_no % self.workers == self.worker_id
+
+
+def _parse_line(raw: bytes, line_no: int, end: int) -> dict[str, Any] | Rejection:
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejection(line_no, end, INVALID_UTF8,
+                         f"byte {exc.start} of the line is not valid UTF-8 ({raw[exc.start:exc.start + 1]!r})",
+                         excerpt=_excerpt(raw))
+    try:
+        obj = json.loads(decoded)
+    except json.JSONDecodeError as exc:
+        return Rejection(line_no, end, MALFORMED_JSON, f"invalid JSON: {exc.msg} at column {exc.colno}",
+                         excerpt=_excerpt(raw))
+    if not isinstance(obj, dict):
+        return Rejection(line_no, end, NOT_AN_OBJECT,
+                         f"a corpus line must be a JSON object, got {type(obj).__name__}",
+                         excerpt=_excerpt(raw))
+    return obj
+
+
+def _extract_id(obj: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(id, None) when usable; (None, None) when absent; (None, problem) when invalid."""
+    value = obj.get("_id", obj.get("id"))
+    if value is None or value == "":
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None, f"the id must be a string or an integer, got {type(value).__name__}"
+    doc_id = str(value)
+    if len(doc_id.encode("utf-8")) > MAX_ID_BYTES:
+        return None, f"the id is longer than {MAX_ID_BYTES} bytes"
+    return doc_id, None
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """Every key but the id (the one used), title and text; a nested 'metadata' dict is merged."""
+    id_key = "_id" if "_id" in obj else "id"
+    meta: dict[str, Any] = {}
+    nested = obj.get("metadata")
+    if isinstance(nested, dict):
+        meta.update(nested)
+    for key, value in obj.items():
+        if key in (id_key, "title", "text") or (key == "metadata" and isinstance(nested, dict)):
+            continue
+        meta[key] = value
+    return meta
+
+
+def _excerpt(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "..."

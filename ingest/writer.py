@@ -1,0 +1,206 @@
+"""The bulk writer: a thread that sends encoded chunks while the encoder works on the next.
+
+Chunks go through a bounded queue (so memory stays bounded and a slow cluster slows the
+encoder down instead of filling RAM). Each chunk is sent with the official
+``opensearchpy.helpers.streaming_bulk``; per item:
+
+- acknowledged (2xx): settled as indexed;
+- 429, 5xx or no answer (connection error, timeout): retried, only the failed items, with
+  exponential backoff and jitter (``RetryPolicy``). If they still fail after the last
+  attempt the run stops with ``IngestError``; nothing is lost, since the checkpoint only
+  covers acknowledged lines, and rerunning the same command resumes;
+- any other refusal (e.g. 400 mapper_parsing_exception): a permanent, per-document
+  failure, written to the dead-letter file with the engine's reason and settled as failed.
+
+After every chunk the ``on_chunk_done`` callback runs (it advances the watermark and saves
+the checkpoint), in the writer thread, after all the chunk's items are settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from opensearchpy import helpers
+
+from lr_opensearch.errors import IngestError
+
+from .checkpoint import FAILED, INDEXED, Watermark
+from .config import RetryPolicy
+from .report import DeadLetter
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One encoded document ready to send: its input line, id and ``_source``."""
+
+    line: int
+    id: str
+    source: dict[str, Any]
+    truncated: bool = False
+    title_only: bool = False
+
+
+def is_retryable(status: Any) -> bool:
+    """429, 5xx and "no status" (connection errors report ``"N/A"``) are worth retrying."""
+    if not isinstance(status, int):
+        return True
+    return status == 429 or status >= 500
+
+
+def failure_reason(info: dict[str, Any]) -> tuple[str, str]:
+    """(error type, human message) of a failed bulk item, from the engine's answer."""
+    err = info.get("error")
+    if isinstance(err, dict):
+        kind = str(err.get("type", "error"))
+        message = str(err.get("reason", ""))
+        cause = err.get("caused_by")
+        while isinstance(cause, dict):
+            message += f" (caused by {cause.get('type')}: {cause.get('reason')})"
+            cause = cause.get("caused_by")
+        return kind, message
+    exc = info.get("exception")
+    kind = type(exc).__name__ if exc is not None else "error"
+    return kind, str(err if err is not None else info)
+
+
+class BulkWriter:
+    """Send chunks of ``Doc`` to one index from a background thread.
+
+    Args:
+        client: an ``opensearchpy.OpenSearch`` (or anything with its ``bulk`` / ``transport``).
+        index: target index.
+        watermark: settled here as the engine answers.
+        dead_letter: receives permanent per-document failures.
+        on_chunk_done: called in the writer thread after each chunk is settled.
+        retry: backoff policy for 429 / 5xx / connection failures.
+        queue_chunks: how many encoded chunks may wait for the writer.
+        max_chunk_bytes: passed to the bulk helper (a chunk larger than this is split).
+        seed: for the jitter (tests); None = random.
+    """
+
+    def __init__(self, client: Any, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
+                 on_chunk_done: Callable[[], None], retry: RetryPolicy | None = None,
+                 queue_chunks: int = 2, max_chunk_bytes: int = 50 * 1024 * 1024,
+                 seed: int | None = None) -> None:
+        self.client = client
+        self.index = index
+        self.watermark = watermark
+        self.dead_letter = dead_letter
+        self.on_chunk_done = on_chunk_done
+        self.retry = retry or RetryPolicy()
+        self.max_chunk_bytes = max_chunk_bytes
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_chunks)
+        self._rng = random.Random(seed)
+        self._thread = threading.Thread(target=self._loop, name="lr-bulk-writer", daemon=True)
+        self.error: BaseException | None = None
+        self.write_s = 0.0
+        self.retries = 0
+        self.sent = 0
+
+    def start(self) -> BulkWriter:
+        self._thread.start()
+        return self
+
+    def put(self, chunk: list[Doc]) -> float:
+        """Queue a chunk (blocks while the queue is full); returns the seconds spent blocked.
+
+        Raises:
+            IngestError: the writer thread has failed (its error is chained).
+        """
+        t0 = time.perf_counter()
+        while True:
+            self._raise_if_failed()
+            try:
+                self._queue.put(chunk, timeout=0.2)
+                return time.perf_counter() - t0
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Send what is queued, stop the thread, and raise its error if it failed."""
+        while self._thread.is_alive():
+            self._raise_if_failed()
+            try:
+                self._queue.put(_STOP, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            if isinstance(self.error, IngestError):
+                raise self.error
+            raise IngestError(f"the bulk writer for index {self.index!r} failed: "
+                              f"{type(self.error).__name__}: {self.error}") from self.error
+
+    def _loop(self) -> None:
+        try:
+            while (chunk := self._queue.get()) is not _STOP:
+                self.write_chunk(chunk)
+                self.on_chunk_done()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            self.error = exc
+            logger.debug("bulk writer failed", exc_info=True)
+
+    def write_chunk(self, chunk: list[Doc]) -> None:
+        """Send one chunk until every document is acknowledged or permanently refused."""
+        pending = chunk
+        for attempt in range(1, self.retry.max_attempts + 1):
+            retry: list[tuple[Doc, Any, str]] = []
+            for doc, ok, info in self._send(pending):
+                if ok:
+                    self.watermark.settle(doc.line, INDEXED, truncated=doc.truncated,
+                                          title_only=doc.title_only)
+                    continue
+                status = info.get("status")
+                kind, message = failure_reason(info)
+                if is_retryable(status):
+                    retry.append((doc, status, f"{kind}: {message}"))
+                else:
+                    self.dead_letter.add(line=doc.line, doc_id=doc.id, kind=FAILED, reason=kind,
+                                         message=f"HTTP {status}: {message}")
+                    self.watermark.settle(doc.line, FAILED, reason=kind)
+            if not retry:
+                return
+            if attempt == self.retry.max_attempts:
+                status, why = retry[0][1], retry[0][2]
+                raise IngestError(
+                    f"index {self.index!r}: {len(retry)} document(s) still refused after "
+                    f"{attempt} attempts (last: HTTP {status} {why}). The cluster is overloaded "
+                    "or unreachable; nothing was lost - rerun the same command to resume.")
+            delay = self.retry.delay(attempt, self._rng.random())
+            logger.info("index %s: %d of %d document(s) refused (HTTP %s); retry %d in %.2f s",
+                        self.index, len(retry), len(pending), retry[0][1], attempt, delay)
+            self.retries += 1
+            time.sleep(delay)
+            pending = [doc for doc, _, _ in retry]
+
+    def _send(self, docs: list[Doc]) -> list[tuple[Doc, bool, dict[str, Any]]]:
+        """One pass of the bulk helper over ``docs``; results in the same order as ``docs``."""
+        actions = ({"_op_type": "index", "_index": self.index, "_id": d.id, "_source": d.source}
+                   for d in docs)
+        t0 = time.perf_counter()
+        results = []
+        for ok, item in helpers.streaming_bulk(
+                self.client, actions, chunk_size=len(docs), max_chunk_bytes=self.max_chunk_bytes,
+                raise_on_error=False, raise_on_exception=False, max_retries=0, yield_ok=True):
+            _, info = next(iter(item.items()))
+            results.append((ok, info))
+        self.write_s += time.perf_counter() - t0
+        if len(results) != len(docs):  # internal invariant of the helper
+            raise IngestError(f"bulk helper answered {len(results)} items for {len(docs)} documents")
+        self.sent += len(docs)
+        return [(d, ok, info) for d, (ok, info) in zip(docs, results, strict=True)]
