@@ -1,0 +1,24 @@
+"""The local OpenSearch node: install from Maven Central, configure, start, stop, inspect.
+
+Typical use::
+
+    from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+    inst = install()                                     # idempotent, cached
+    status = start_node(NodeConfig(node_dir="/tmp/n1", http_port=9250), inst)
+    ...
+    stop_node("/tmp/n1")
+
+The CLI is ``lr node ...`` / ``python -m lr_opensearch.node ...``.
+"""
+
+from __future__ import annotations
+
+from lr_opensearch.node.config import NodeConfig, default_node_dir
+from lr_opensearch.node.install import Installation, cache_dir, install, installed
+from lr_opensearch.node.lock import load_lock
+from lr_opensearch.node.process import NodeStatus, node_status, start_node, stop_node
+
+__all__ = [
+    "Installation", "NodeConfig", "NodeStatus", "cache_dir", "default_node_dir", "install",
+    "installed", "load_lock", "node_status", "start_node", "stop_node",
+]

@@ -1,0 +1,142 @@
+"""``lr node install|start|stop|status|logs``: thin CLI over lr_opensearch.node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from lr_opensearch.node.config import DEFAULT_HEAP, DEFAULT_HTTP_PORT, NodeConfig, default_node_dir
+from lr_opensearch.node.install import cache_dir, install
+from lr_opensearch.node.process import node_status, server_log, start_node, stop_node, tail
+
+
+def _node_dir(args: argparse.Namespace) -> Path:
+    if args.data_dir:
+        return Path(args.data_dir)
+    return default_node_dir(args.http_port, cache_dir(args.cache_dir))
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    inst = install(args.cache_dir, force=args.force)
+    print(f"OpenSearch {inst.version} installed in {inst.home} "
+          f"(Java {inst.java.major} at {inst.java.path}; {time.monotonic() - started:.0f} s)")
+    return 0
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    inst = install(args.cache_dir)
+    config = NodeConfig(
+        node_dir=_node_dir(args), http_port=args.http_port, transport_port=args.transport_port,
+        host=args.host, heap=args.heap, cluster_name=args.cluster_name, node_name=args.node_name,
+        seed_ports=tuple(args.seed_port or ()))
+    started = time.monotonic()
+    status = start_node(config, inst, wait=not args.no_wait, timeout=args.timeout,
+                        wait_for=args.wait_for)
+    print(status.describe())
+    if not args.no_wait:
+        print(f"ready in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    node_dir = _node_dir(args)
+    stopped = stop_node(node_dir, timeout=args.timeout)
+    print(f"stopped node of {node_dir}" if stopped else f"no node running from {node_dir}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    status = node_status(_node_dir(args))
+    if args.json:
+        print(json.dumps({"running": status.running, "pid": status.pid, "url": status.url,
+                          "health": status.health, "version": status.version,
+                          "plugins": list(status.plugins), "node_dir": str(status.node_dir)}))
+    else:
+        print(status.describe())
+    return 0 if status.running else 3
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    node_dir = _node_dir(args)
+    path = node_dir / "logs" / "console.log" if args.console else server_log(node_dir)
+    if not path.is_file():
+        print(f"no log at {path}", file=sys.stderr)
+        return 1
+    print(tail(path, args.lines))
+    if args.follow:
+        with open(path, errors="replace") as handle:
+            handle.seek(0, os.SEEK_END)
+            while True:
+                line = handle.readline()
+                if line:
+                    print(line, end="", flush=True)
+                else:
+                    time.sleep(0.5)
+    return 0
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT,
+                        help="REST port (default %(default)s); also names the default node dir")
+    parser.add_argument("--data-dir", "--node-dir", dest="data_dir", default=None,
+                        help="the node's directory: config, data, logs, pid "
+                             "(default <cache>/nodes/<http-port>)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="installation cache (default env LR_CACHE_DIR or ~/.cache/lr-opensearch)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``node`` command and its subcommands to the ``lr`` parser."""
+    node = subparsers.add_parser("node", help="install, start, stop and inspect the local "
+                                 "OpenSearch node")
+    sub = node.add_subparsers(dest="node_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("install", help="fetch OpenSearch + k-NN from Maven Central (mvn)")
+    p.add_argument("--cache-dir", default=None, help="installation cache")
+    p.add_argument("--force", action="store_true", help="reinstall even if installed")
+    p.set_defaults(func=_cmd_install)
+
+    p = sub.add_parser("start", help="start a node in the background and wait for green")
+    _where(p)
+    p.add_argument("--transport-port", type=int, default=None,
+                   help="node-to-node port (default http port + 100)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
+    p.add_argument("--heap", default=os.environ.get("LR_NODE_HEAP", DEFAULT_HEAP),
+                   help="JVM heap (default env LR_NODE_HEAP or %(default)s)")
+    p.add_argument("--cluster-name", default="lr-opensearch")
+    p.add_argument("--node-name", default=None, help="default lr-<http-port>")
+    p.add_argument("--seed-port", type=int, action="append",
+                   help="transport port of another member (repeat) for a multi-node cluster")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
+    p.add_argument("--wait-for", choices=("green", "yellow"), default="green")
+    p.add_argument("--no-wait", action="store_true", help="return once the process is started")
+    p.set_defaults(func=_cmd_start)
+
+    p = sub.add_parser("stop", help="stop the node (SIGTERM, then SIGKILL after --timeout)")
+    _where(p)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=_cmd_stop)
+
+    p = sub.add_parser("status", help="report the node (exit 0 running, 3 not running)")
+    _where(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("logs", help="show the end of the node's log")
+    _where(p)
+    p.add_argument("-n", "--lines", type=int, default=50)
+    p.add_argument("--console", action="store_true", help="the JVM's stdout/stderr instead")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    p.set_defaults(func=_cmd_logs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m lr_opensearch.node``."""
+    from lr_opensearch.cli import main as lr_main
+
+    return lr_main(["node", *(sys.argv[1:] if argv is None else argv)])

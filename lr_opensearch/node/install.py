@@ -1,0 +1,214 @@
+"""Installing OpenSearch + plugins from Maven Central with ``mvn``.
+
+The artifacts named in ``opensearch.lock.json`` are copied by ``mvn dependency:copy-dependencies``
+(the ordinary Maven client, honouring the user's ``~/.m2/settings.xml`` mirrors and proxies)
+into ``<cache>/artifacts``, checked against the lock's sha256, unpacked into
+``<cache>/opensearch-<version>-<lock digest>`` and the plugins are installed with the
+distribution's own ``bin/opensearch-plugin``. The installation is complete only when its
+marker file exists; a second install with the same lock returns at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from lr_opensearch.errors import NodeError
+from lr_opensearch.node.java import JavaHome, find_java
+from lr_opensearch.node.lock import Artifact, NodeLock, load_lock, verify_artifact
+
+logger = logging.getLogger(__name__)
+
+MARKER = ".lr-installed.json"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+
+
+@dataclass(frozen=True)
+class Installation:
+    """An installed OpenSearch home with its plugins."""
+
+    home: Path
+    lock: NodeLock
+    java: JavaHome
+
+    @property
+    def version(self) -> str:
+        return self.lock.opensearch_version
+
+
+def cache_dir(override: Path | str | None = None) -> Path:
+    """The cache directory: ``override``, else env ``LR_CACHE_DIR``, else ~/.cache/lr-opensearch."""
+    if override is not None:
+        return Path(override).expanduser()
+    env = os.environ.get("LR_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "lr-opensearch"
+
+
+def home_dir(cache: Path, lock: NodeLock) -> Path:
+    """Where the installation for ``lock`` lives inside ``cache``."""
+    return cache / f"opensearch-{lock.opensearch_version}-{lock.digest[:10]}"
+
+
+@contextmanager
+def _install_lock(cache: Path) -> Iterator[None]:
+    """Serialise installs into one cache (several test sessions may start together)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".install.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _fetch_pom(artifacts: list[Artifact]) -> str:
+    deps = "\n".join(
+        f"    <dependency><groupId>{a.group_id}</groupId><artifactId>{a.artifact_id}</artifactId>"
+        f"<version>{a.version}</version><type>{a.packaging}</type></dependency>"
+        for a in artifacts)
+    return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\">\n"
+            "  <modelVersion>4.0.0</modelVersion>\n"
+            "  <groupId>lr-opensearch</groupId><artifactId>node-fetch</artifactId>"
+            "<version>1</version><packaging>pom</packaging>\n"
+            f"  <dependencies>\n{deps}\n  </dependencies>\n</project>\n")
+
+
+def fetch_artifacts(artifacts: list[Artifact], dest: Path, *, mvn: str | None = None) -> None:
+    """Copy ``artifacts`` from Maven (Central or the user's mirror) into ``dest`` with one mvn run.
+
+    Raises:
+        NodeError: mvn is missing or fails (its output tail is in the message).
+    """
+    mvn = mvn or os.environ.get("LR_MVN") or shutil.which("mvn")
+    if not mvn:
+        raise NodeError("`mvn` (Apache Maven) is not on PATH; install it (apt-get install maven) "
+                        "or set LR_MVN to its path")
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lr-mvn-") as tmp:
+        pom = Path(tmp) / "pom.xml"
+        pom.write_text(_fetch_pom(artifacts))
+        cmd = [mvn, "-B", "--no-transfer-progress", "-f", str(pom),
+               f"{DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={dest}",
+               "-DexcludeTransitive=true", "-Dmdep.overWriteReleases=true"]
+        total = sum(a.size for a in artifacts) / 1e6
+        logger.info("fetching %d artifact(s), %.0f MB, with %s: %s", len(artifacts), total,
+                    mvn, ", ".join(a.coordinates for a in artifacts))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
+        raise NodeError(f"mvn failed (exit {proc.returncode}) fetching "
+                        f"{[a.coordinates for a in artifacts]}. Is Maven Central (or your "
+                        f"mirror in ~/.m2/settings.xml) reachable?\n{tail}")
+
+
+def _ensure_artifacts(lock: NodeLock, cache: Path, mvn: str | None) -> dict[str, Path]:
+    store = cache / "artifacts"
+    paths = {a.coordinates: store / a.file_name for a in lock.artifacts}
+    missing = []
+    for artifact in lock.artifacts:
+        path = paths[artifact.coordinates]
+        try:
+            verify_artifact(path, artifact)
+        except NodeError as exc:
+            if path.exists():
+                logger.warning("%s; fetching it again", exc)
+            missing.append(artifact)
+    if missing:
+        fetch_artifacts(missing, store, mvn=mvn)
+    for artifact in lock.artifacts:
+        verify_artifact(paths[artifact.coordinates], artifact)
+    return paths
+
+
+def _unpack_distribution(zip_path: Path, dest: Path) -> Path:
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(dest)
+        modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
+    for name, mode in modes.items():  # zipfile drops the exec bits; restore them
+        if mode & 0o111:
+            os.chmod(dest / name, mode & 0o7777)
+    tops = [p for p in dest.iterdir() if p.is_dir()]
+    if len(tops) != 1 or not (tops[0] / "bin" / "opensearch").is_file():
+        raise NodeError(f"{zip_path} does not look like an OpenSearch distribution "
+                        "(no single top folder with bin/opensearch)")
+    return tops[0]
+
+
+def _install_plugin(home: Path, plugin_zip: Path, java: JavaHome) -> None:
+    env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java.path), JAVA_HOME=str(java.path))
+    env.pop("OPENSEARCH_JAVA_OPTS", None)
+    cmd = [str(home / "bin" / "opensearch-plugin"), "install", "--batch", plugin_zip.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home)
+    if proc.returncode != 0:
+        raise NodeError(f"installing plugin {plugin_zip.name} into {home} failed "
+                        f"(exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+
+
+def installed(cache: Path | str | None = None, lock: NodeLock | None = None) -> Path | None:
+    """The installed home for ``lock`` if a complete installation exists, else None."""
+    lock = lock or load_lock()
+    home = home_dir(cache_dir(cache), lock)
+    marker = home / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text()).get("lock_digest")
+    except ValueError:
+        return None
+    return home if recorded == lock.digest else None
+
+
+def install(cache: Path | str | None = None, *, lock: NodeLock | None = None,
+            mvn: str | None = None, force: bool = False) -> Installation:
+    """Install the pinned OpenSearch and plugins into the cache (idempotent).
+
+    Args:
+        cache: cache directory (default: ``cache_dir()``).
+        lock: the lock to install (default: the packaged ``opensearch.lock.json``).
+        mvn: path to ``mvn`` (default: env LR_MVN or PATH).
+        force: reinstall even when a complete installation exists.
+
+    Returns:
+        The installation (home directory, lock, JDK).
+    """
+    lock = lock or load_lock()
+    cache = cache_dir(cache)
+    java = find_java(lock.java_min_major, lock.java_preferred_major)
+    home = home_dir(cache, lock)
+    with _install_lock(cache):
+        if not force and installed(cache, lock) is not None:
+            logger.info("OpenSearch %s already installed in %s", lock.opensearch_version, home)
+            return Installation(home, lock, java)
+        started = time.monotonic()
+        paths = _ensure_artifacts(lock, cache, mvn)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache))
+        try:
+            logger.info("unpacking %s", lock.distribution.coordinates)
+            top = _unpack_distribution(paths[lock.distribution.coordinates], staging)
+            for plugin in lock.plugins:
+                logger.info("installing plugin %s", plugin.coordinates)
+                _install_plugin(top, paths[plugin.coordinates], java)
+            (top / MARKER).write_text(json.dumps({
+                "lock_digest": lock.digest, "opensearch_version": lock.opensearch_version,
+                "artifacts": [a.coordinates for a in lock.artifacts],
+                "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
+            if home.exists():
+                shutil.rmtree(home)
+            top.rename(home)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        logger.info("installed OpenSearch %s with %s in %s (%.0f s)", lock.opensearch_version,
+                    ", ".join(p.name for p in lock.plugins) or "no plugins", home,
+                    time.monotonic() - started)
+    return Installation(home, lock, java)

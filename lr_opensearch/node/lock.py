@@ -1,0 +1,136 @@
+"""The lock file: every Maven artifact of the local node, pinned with its sha256.
+
+``opensearch.lock.json`` (next to this module) is the single record of what the node is
+made of. Install fetches exactly these coordinates and refuses files whose checksum
+differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lr_opensearch.errors import NodeError
+
+LOCK_PATH = Path(__file__).with_name("opensearch.lock.json")
+LOCK_FORMAT = "lr-opensearch-node-lock"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One pinned Maven artifact.
+
+    Attributes:
+        role: ``distribution`` (the OpenSearch zip) or ``plugin`` (installed into it).
+        name: the plugin / distribution name as OpenSearch knows it.
+        group_id, artifact_id, version, packaging: Maven coordinates.
+        size: file size in bytes.
+        sha256: hex digest of the file.
+    """
+
+    role: str
+    name: str
+    group_id: str
+    artifact_id: str
+    version: str
+    packaging: str
+    size: int
+    sha256: str
+
+    @property
+    def coordinates(self) -> str:
+        """``groupId:artifactId:version:packaging`` as ``mvn`` accepts it."""
+        return f"{self.group_id}:{self.artifact_id}:{self.version}:{self.packaging}"
+
+    @property
+    def file_name(self) -> str:
+        """The file name Maven gives the artifact."""
+        return f"{self.artifact_id}-{self.version}.{self.packaging}"
+
+
+@dataclass(frozen=True)
+class NodeLock:
+    """The parsed lock file."""
+
+    opensearch_version: str
+    java_min_major: int
+    java_preferred_major: int
+    artifacts: tuple[Artifact, ...]
+    digest: str  # sha256 of the lock file itself: names an installation
+
+    @property
+    def distribution(self) -> Artifact:
+        return next(a for a in self.artifacts if a.role == "distribution")
+
+    @property
+    def plugins(self) -> tuple[Artifact, ...]:
+        return tuple(a for a in self.artifacts if a.role == "plugin")
+
+
+def _artifact(entry: dict, where: str) -> Artifact:
+    try:
+        return Artifact(
+            role=entry["role"], name=entry["name"], group_id=entry["groupId"],
+            artifact_id=entry["artifactId"], version=entry["version"],
+            packaging=entry["packaging"], size=int(entry["size"]), sha256=entry["sha256"].lower(),
+        )
+    except KeyError as exc:
+        raise NodeError(f"{where}: artifact entry {entry!r} lacks field {exc}") from exc
+
+
+def load_lock(path: Path | str = LOCK_PATH) -> NodeLock:
+    """Read and validate a node lock file.
+
+    Raises:
+        NodeError: the file is missing, not JSON, foreign, or lacks a field.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise NodeError(f"cannot read node lock file {path}: {exc}") from exc
+    if data.get("format") != LOCK_FORMAT:
+        raise NodeError(f"{path} is not a node lock file (format {data.get('format')!r}, "
+                        f"expected {LOCK_FORMAT!r})")
+    artifacts = tuple(_artifact(e, str(path)) for e in data.get("artifacts", []))
+    if sum(a.role == "distribution" for a in artifacts) != 1:
+        raise NodeError(f"{path}: exactly one artifact must have role 'distribution'")
+    java = data.get("java", {})
+    return NodeLock(
+        opensearch_version=data["opensearch_version"],
+        java_min_major=int(java.get("min_major", 21)),
+        java_preferred_major=int(java.get("preferred_major", 21)),
+        artifacts=artifacts,
+        digest=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_artifact(path: Path, artifact: Artifact) -> None:
+    """Check a downloaded file against the lock.
+
+    Raises:
+        NodeError: the file is missing or its size / sha256 differ from the lock.
+    """
+    if not path.is_file():
+        raise NodeError(f"{artifact.coordinates}: expected file {path} is missing")
+    size = path.stat().st_size
+    if size != artifact.size:
+        raise NodeError(f"{artifact.coordinates}: {path} has {size} bytes, the lock says "
+                        f"{artifact.size}; delete it and run `lr node install` again")
+    actual = sha256_file(path)
+    if actual != artifact.sha256:
+        raise NodeError(f"{artifact.coordinates}: sha256 of {path} is {actual}, the lock file "
+                        f"{LOCK_PATH} says {artifact.sha256}; the download is corrupt or the "
+                        "repository serves a different file. Delete it and install again.")
