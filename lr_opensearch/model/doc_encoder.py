@@ -69,6 +69,8 @@ class DocEncoder:
         self.min_weight = max(float(min_weight), 0.0)
         self.batch_size = batch_size
         self.excluded = torch.tensor(special_token_ids(tokenizer), dtype=torch.long)
+        # the model's vocabulary may be padded beyond the tokenizer's: those ids have no token
+        self.vocab_limit = int(tokenizer.get_vocab_size(with_added_tokens=True))
 
     @classmethod
     def from_bundle(cls, bundle: Any, device: torch.device | str | None = None,
@@ -77,7 +79,8 @@ class DocEncoder:
         cfg = bundle.config
         model = LightRetrieverModel.from_pretrained(
             bundle.doc_encoder_dir, kind=cfg.kind, pooling=cfg.pooling,
-            normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype)
+            normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype,
+            tokenizer=bundle.tokenizer)
         return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
                    top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
                    batch_size=batch_size, device=device)
@@ -110,7 +113,7 @@ class DocEncoder:
             mask[n, : len(row)] = 1
         with torch.inference_mode():
             out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
-            weights = out.sparse.float()
+            weights = out.sparse[:, : self.vocab_limit].float()
             if len(self.excluded):
                 weights[:, self.excluded.to(weights.device)] = 0.0
             k = min(self.top_k, weights.shape[1])

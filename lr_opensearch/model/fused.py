@@ -43,10 +43,10 @@ class FusedProjectionMax(torch.autograd.Function):
         pad.masked_fill_(~mask.unsqueeze(-1), float("-inf"))
         for start in range(0, vocab, chunk):
             stop = min(start + chunk, vocab)
-            logits = torch.matmul(hidden, weight[start:stop].t())  # [B, T, c]
+            logits = torch.matmul(hidden, weight[start:stop].t())  # [B, T, c], fresh
             if bias is not None:
-                logits = logits + bias[start:stop]
-            logits = logits + pad
+                logits.add_(bias[start:stop])
+            logits.add_(pad)
             values[:, start:stop], argmax[:, start:stop] = logits.max(dim=1)
             del logits
         ctx.save_for_backward(hidden, weight, argmax)
@@ -72,8 +72,9 @@ class FusedProjectionMax(torch.autograd.Function):
                              grad_values[:, start:stop].unsqueeze(1))
             if grad_hidden is not None:
                 grad_hidden += torch.matmul(routing, weight[start:stop])
-            if grad_weight is not None:
-                grad_weight[start:stop] = torch.einsum("btc,bth->ch", routing, hidden)
+            if grad_weight is not None:  # sum over (b, t) of routing^T hidden: [c, H]
+                grad_weight[start:stop] = torch.matmul(
+                    routing.reshape(batch * length, -1).t(), hidden.reshape(batch * length, -1))
             del routing
         grad_bias = grad_values.sum(0) if (ctx.has_bias and need_b) else None
         return grad_hidden, None, grad_weight, grad_bias, None

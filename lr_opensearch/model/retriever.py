@@ -96,8 +96,10 @@ class LightRetrieverModel(nn.Module):
     def from_pretrained(cls, model_dir: str | Path, *, kind: str | None = None,
                         pooling: str | None = None, normalize: bool | None = False,
                         sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
-                        name: str | None = None) -> LightRetrieverModel:
+                        name: str | None = None, tokenizer: Any = None) -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
+
+        ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
 
         ``kind`` is detected from config.json; ``pooling`` defaults to the directory's
         sentence-transformers setting, else "last" for decoders and "cls" for encoders.
@@ -108,11 +110,13 @@ class LightRetrieverModel(nn.Module):
         model_dir = Path(model_dir)
         hf, architecture = load_hf(model_dir, dtype)
         kind = kind or infer_kind(hf.config, architecture)
-        tok_file = model_dir / "tokenizer.json"
-        if not tok_file.is_file():
-            raise ConfigError(f"{model_dir}: no tokenizer.json (HF tokenizers format) beside "
-                              "the weights; save the tokenizer with save_pretrained")
-        framing = Framing.derive(Tokenizer.from_file(str(tok_file)), kind, eos_token_id(hf.config))
+        if tokenizer is None:
+            tok_file = model_dir / "tokenizer.json"
+            if not tok_file.is_file():
+                raise ConfigError(f"{model_dir}: no tokenizer.json (HF tokenizers format) beside "
+                                  "the weights; save the tokenizer with save_pretrained")
+            tokenizer = Tokenizer.from_file(str(tok_file))
+        framing = Framing.derive(tokenizer, kind, eos_token_id(hf.config))
         st = sentence_transformers_settings(model_dir)
         pooling = pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
         if normalize is None:

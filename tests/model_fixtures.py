@@ -1,0 +1,69 @@
+"""Tiny randomly initialised retrievers (Llama-style decoder, BERT-style encoders) for tests.
+
+Import from tests as ``from model_fixtures import ...`` (pytest puts tests/ on sys.path).
+Tokenizers come from ``tiny_artifacts`` so model and tokenizer vocabularies agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_artifacts import bpe_tokenizer, wordpiece_tokenizer
+from tokenizers import Tokenizer
+from transformers import BertConfig, LlamaConfig
+
+from lr_opensearch.model import LightRetrieverModel
+
+
+def llama_config(vocab_size: int, eos: int = 1, bos: int = 0) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=bos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=True,
+        architectures=["LlamaForCausalLM"])
+
+
+def bert_config(vocab_size: int, architecture: str = "BertForMaskedLM") -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=128, architectures=[architecture],
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+
+
+def tiny_llama(seed: int = 0, **kwargs: object) -> tuple[LightRetrieverModel, Tokenizer]:
+    """A 2-layer Llama with a byte-level BPE tokenizer that adds a BOS; eos from config."""
+    tok = bpe_tokenizer(300)
+    torch.manual_seed(seed)
+    config = llama_config(tok.get_vocab_size(), eos=tok.token_to_id("<|end_of_text|>"),
+                          bos=tok.token_to_id("<|begin_of_text|>"))
+    model = LightRetrieverModel.from_config(config, tokenizer=tok, **kwargs)
+    return model.eval(), tok
+
+
+def tiny_bert(seed: int = 0, architecture: str = "BertForMaskedLM",
+              **kwargs: object) -> tuple[LightRetrieverModel, Tokenizer]:
+    """A 2-layer BERT (MLM head or bare encoder) with a WordPiece [CLS] ... [SEP] tokenizer."""
+    tok = wordpiece_tokenizer(150)
+    torch.manual_seed(seed)
+    config = bert_config(tok.get_vocab_size(), architecture)
+    model = LightRetrieverModel.from_config(config, tokenizer=tok, **kwargs)
+    return model.eval(), tok
+
+
+def save_model_dir(model: LightRetrieverModel, tokenizer: Tokenizer, path: Path) -> Path:
+    """An HF save_pretrained directory with tokenizer.json, as a real checkpoint has."""
+    model.hf.save_pretrained(path)
+    tokenizer.save(str(path / "tokenizer.json"))
+    return path
+
+
+@pytest.fixture(autouse=False)
+def one_thread() -> Iterator[None]:
+    """Tiny models gain nothing from threads, and on a shared, busy CPU they thrash."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
