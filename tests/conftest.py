@@ -1,0 +1,144 @@
+"""Shared fixtures: a real OpenSearch cluster for integration tests.
+
+Where the cluster comes from (first that applies):
+
+1. env ``LR_TEST_OPENSEARCH_URL``: an external cluster (e.g. your dev node,
+   ``http://127.0.0.1:9210``; basic auth / TLS through the LR_OPENSEARCH_* variables);
+2. a Docker engine answers ``docker info`` (and ``LR_TEST_BACKEND`` is not ``local``):
+   ``docker/docker-compose.yml`` through pytest-docker;
+3. otherwise the project's local node (lr_opensearch.node): installed into the cache if
+   missing, started once per session on free ports with a throwaway node dir under
+   pytest's tmp, stopped at the end.
+
+If no cluster can be had the tests FAIL with the reason; they are never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
+
+
+def free_port() -> int:
+    """A TCP port that is free on the loopback interface right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _docker_available() -> bool:
+    if os.environ.get("LR_TEST_BACKEND", "auto") == "local" or not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _answers(url: str) -> bool:
+    from lr_opensearch.client import make_client
+
+    try:
+        return bool(make_client(url, timeout=5).ping())
+    except Exception:  # noqa: BLE001 - any failure means "not up yet"
+        return False
+
+
+def _from_docker(request: pytest.FixtureRequest) -> str:
+    services = request.getfixturevalue("docker_services")
+    port = services.port_for("opensearch", 9200)
+    url = f"http://127.0.0.1:{port}"
+    services.wait_until_responsive(check=lambda: _answers(url), timeout=300.0, pause=2.0)
+    return url
+
+
+def _from_local_node(tmp_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from lr_opensearch.errors import LRError
+    from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+
+    node_dir = tmp_factory.mktemp("opensearch-node")
+    http_port = free_port()
+    transport_port = free_port()
+    config = NodeConfig(node_dir=node_dir, http_port=http_port, transport_port=transport_port,
+                        heap=os.environ.get("LR_TEST_NODE_HEAP", "1g"),
+                        cluster_name="lr-test")
+    try:
+        started = time.monotonic()
+        start_node(config, install(), timeout=300)
+        print(f"\n[conftest] OpenSearch test node {config.url} ready in "
+              f"{time.monotonic() - started:.0f} s (node dir {node_dir})")
+    except LRError as exc:
+        pytest.fail(f"no OpenSearch node for the integration tests: {exc}\n"
+                    "Run `python -m lr_opensearch.node install` (needs mvn + a JDK 21+), or "
+                    "point LR_TEST_OPENSEARCH_URL at a running cluster.", pytrace=False)
+    try:
+        yield config.url
+    finally:
+        stop_node(node_dir, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file() -> str:
+    """pytest-docker: our compose file (OpenSearch + Dashboards, security disabled)."""
+    return str(COMPOSE_FILE)
+
+
+@pytest.fixture(scope="session")
+def docker_compose_project_name() -> str:
+    return f"lr-opensearch-tests-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def opensearch_url(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real OpenSearch cluster for this test session (see the module docstring)."""
+    external = os.environ.get("LR_TEST_OPENSEARCH_URL")
+    if external:
+        if not _answers(external):
+            pytest.fail(f"LR_TEST_OPENSEARCH_URL={external} does not answer; start that "
+                        "cluster or unset the variable to let the tests start a node",
+                        pytrace=False)
+        yield external
+    elif _docker_available():
+        yield _from_docker(request)
+    else:
+        yield from _from_local_node(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def os_client(opensearch_url: str) -> Any:
+    """An ``opensearchpy.OpenSearch`` client on the session's cluster."""
+    from lr_opensearch.client import make_client
+
+    client = make_client(opensearch_url, timeout=120)
+    client.cluster.health(wait_for_status="yellow", timeout="60s", request_timeout=90)
+    return client
+
+
+@pytest.fixture(scope="session")
+def os_capabilities(os_client: Any) -> Any:
+    """``lr_opensearch.client.Capabilities`` of the session's cluster."""
+    from lr_opensearch.client import cluster_capabilities
+
+    return cluster_capabilities(os_client)
+
+
+@pytest.fixture
+def index_name(request: pytest.FixtureRequest, os_client: Any) -> Iterator[str]:
+    """A unique index name for one test; the index is deleted afterwards."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
+    name = f"lr-test-{base.strip('-')}-{uuid.uuid4().hex[:8]}"
+    yield name
+    os_client.indices.delete(index=name, ignore_unavailable=True)

@@ -1,0 +1,221 @@
+"""The index layout against a REAL OpenSearch node (tests/conftest.py provides it).
+
+Covers: index creation from the template, dense + sparse documents, knn recall against
+exact numpy inner products, rank_feature scores against the exact sparse dot product
+(within Lucene's feature precision), sparse keys that need encoding, the bundle check,
+and the server-side hybrid pipeline (or a correct "not available" report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lr_opensearch.errors import BundleMismatchError, EngineError
+from lr_opensearch.keys import decode_key, encode_key
+from lr_opensearch.templates import check_index_bundle, create_index, render_hybrid_pipeline
+
+pytestmark = pytest.mark.node
+
+# Lucene's FeatureField keeps the top 17 bits of a float32 (Float.floatToIntBits(v) >>> 15):
+# sign, 8 exponent bits and 8 explicit mantissa bits, i.e. 9 significant bits with the
+# implicit one. Decoding shifts back (intBitsToFloat(bits << 15)): the stored value is the
+# input TRUNCATED to 9 significant bits, so v * (1 - 2**-8) < stored <= v. A linear
+# rank_feature clause scores boost * stored, and a bool.should sums clauses, so the engine's
+# sparse score s satisfies  exact * (1 - 2**-8) - eps  <=  s  <=  exact + eps, where eps
+# covers float32 rounding of the boosts, products and the sum.
+FEATURE_REL_ERROR = 2.0**-8
+
+
+@dataclass(frozen=True)
+class _Config:
+    served_dim: int
+    key_encoding: str = "lrk1"
+
+
+@dataclass(frozen=True)
+class PlainBundle:
+    """Just the attributes create_index / check_index_bundle read from a Bundle."""
+
+    bundle_id: str
+    config: _Config = field(default_factory=lambda: _Config(8))
+
+
+def _ip_from_score(score: float) -> float:
+    """Undo OpenSearch's innerproduct score transform (ip>=0: 1+ip; ip<0: 1/(1-ip))."""
+    return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
+
+
+def _sparse_query(query: dict[str, float], size: int) -> dict[str, Any]:
+    should = [{"rank_feature": {"field": f"lr_sparse.{key}", "linear": {}, "boost": count}}
+              for key, count in query.items()]
+    return {"size": size, "query": {"bool": {"should": should}}}
+
+
+def test_index_from_template(os_client: Any, index_name: str) -> None:
+    body = create_index(os_client, index_name, PlainBundle("bundle-a", _Config(16)))
+    mapping = os_client.indices.get_mapping(index=index_name)[index_name]["mappings"]
+    props = mapping["properties"]
+    assert props["lr_dense"]["type"] == "knn_vector" and props["lr_dense"]["dimension"] == 16
+    assert props["lr_dense"]["method"]["engine"] == "lucene"
+    assert props["lr_dense"]["method"]["space_type"] == "innerproduct"
+    assert props["lr_sparse"]["type"] == "rank_features"
+    assert mapping["_meta"] == body["mappings"]["_meta"]
+    settings = os_client.indices.get_settings(index=index_name)[index_name]["settings"]["index"]
+    assert settings["knn"] == "true" and settings["number_of_replicas"] == "0"
+    health = os_client.cluster.health(index=index_name, wait_for_status="green",
+                                       timeout="30s", request_timeout=60)
+    assert health["status"] == "green"
+    # strict mapping: a stray top-level field is refused, not silently added
+    with pytest.raises(Exception, match="strict"):
+        os_client.index(index=index_name, id="x", body={"lr_sparse": {"a": 1.0}, "oops": 1})
+
+
+def test_bundle_check(os_client: Any, index_name: str) -> None:
+    create_index(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
+    meta = check_index_bundle(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
+    assert meta["bundle_id"] == "bundle-a"
+    with pytest.raises(BundleMismatchError, match="bundle_id: index has 'bundle-a', bundle has 'bundle-b'"):
+        check_index_bundle(os_client, index_name, PlainBundle("bundle-b", _Config(8)))
+    with pytest.raises(BundleMismatchError, match="dense_dim"):
+        check_index_bundle(os_client, index_name, PlainBundle("bundle-a", _Config(4)))
+    with pytest.raises(EngineError, match="does not exist"):
+        check_index_bundle(os_client, index_name + "-absent", PlainBundle("bundle-a"))
+    with pytest.raises(Exception, match="resource_already_exists"):
+        create_index(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
+
+
+def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str) -> None:
+    rng = np.random.default_rng(7)
+    n, dim, n_queries, k = 400, 32, 25, 10
+    docs = rng.normal(size=(n, dim)).astype(np.float32)
+    queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
+    create_index(os_client, index_name, PlainBundle("b", _Config(dim)))
+    lines: list[dict] = []
+    for i, vec in enumerate(docs):
+        lines += [{"index": {"_index": index_name, "_id": str(i)}}, {"lr_dense": vec.tolist()}]
+    assert not os_client.bulk(body=lines, refresh=True)["errors"]
+    exact = queries @ docs.T  # [n_queries, n]
+    recalls = []
+    for qi, query in enumerate(queries):
+        resp = os_client.search(index=index_name, body={
+            "size": k, "query": {"knn": {"lr_dense": {"vector": query.tolist(), "k": k}}}})
+        hits = resp["hits"]["hits"]
+        truth = set(np.argsort(-exact[qi])[:k].tolist())
+        recalls.append(len(truth & {int(h["_id"]) for h in hits}) / k)
+        for hit in hits:  # the reported score is the transformed inner product
+            ip = _ip_from_score(hit["_score"])
+            assert ip == pytest.approx(float(exact[qi, int(hit["_id"])]), rel=1e-4, abs=1e-4)
+    assert float(np.mean(recalls)) >= 0.95, recalls
+
+
+def test_rank_feature_scores_are_the_sparse_dot_product(os_client: Any, index_name: str) -> None:
+    rng = np.random.default_rng(11)
+    vocab = [f"tok{i}" for i in range(60)]
+    create_index(os_client, index_name, PlainBundle("b"))
+    docs: list[dict[str, float]] = []
+    lines: list[dict] = []
+    for i in range(80):
+        terms = rng.choice(len(vocab), size=12, replace=False)
+        weights = np.log1p(rng.gamma(2.0, 1.0, size=12)).astype(np.float32) + np.float32(1e-3)
+        doc = {encode_key(vocab[t]): float(w) for t, w in zip(terms, weights, strict=True)}
+        docs.append(doc)
+        lines += [{"index": {"_index": index_name, "_id": str(i)}}, {"lr_sparse": doc}]
+    assert not os_client.bulk(body=lines, refresh=True)["errors"]
+    checked, worst = 0, 0.0
+    for _ in range(10):
+        q_terms = rng.choice(len(vocab), size=5, replace=False)
+        query = {encode_key(vocab[t]): float(rng.integers(1, 4)) for t in q_terms}
+        exact = {str(i): sum(c * d.get(key, 0.0) for key, c in query.items())
+                 for i, d in enumerate(docs)}
+        resp = os_client.search(index=index_name, body=_sparse_query(query, size=100))
+        hits = resp["hits"]["hits"]
+        assert {h["_id"] for h in hits} == {i for i, s in exact.items() if s > 0}
+        for hit in hits:
+            want = exact[hit["_id"]]
+            eps = 1e-6 * want + 1e-6
+            assert want * (1 - FEATURE_REL_ERROR) - eps <= hit["_score"] <= want + eps, \
+                (hit["_id"], hit["_score"], want)
+            worst = max(worst, (want - hit["_score"]) / want)
+            checked += 1
+    assert checked > 50
+    # The truncation is real (scores are not float32-exact) and stays inside the bound.
+    assert 1e-5 < worst <= FEATURE_REL_ERROR + 1e-6, worst
+
+
+TRICKY_TOKENS = ["a.b", ".", "..", "_x", "_", "Ġthe", "âĢĻ", "Ċ", " ", "two words", "café",
+                 "東京", "##ing", "-", "-2e", "▁hello", "🙂", "UPPER.case_", "x" * 200]
+
+
+def test_tricky_sparse_keys_round_trip(os_client: Any, index_name: str) -> None:
+    create_index(os_client, index_name, PlainBundle("b"))
+    lines: list[dict] = []
+    for i, token in enumerate(TRICKY_TOKENS):
+        doc = {"lr_sparse": {encode_key(token): 1.0 + i, encode_key("common"): 0.5},
+               "text": f"doc {i}"}
+        lines += [{"index": {"_index": index_name, "_id": str(i)}}, doc]
+    resp = os_client.bulk(body=lines, refresh=True)
+    assert not resp["errors"], [it for it in resp["items"] if "error" in it["index"]]
+    for i, token in enumerate(TRICKY_TOKENS):
+        key = encode_key(token)
+        assert "." not in key and not key.startswith("_") and decode_key(key) == token
+        hits = os_client.search(index=index_name, body=_sparse_query({key: 2.0}, 10))["hits"]["hits"]
+        assert [h["_id"] for h in hits] == [str(i)], token
+        expected = 2.0 * (1.0 + i)
+        assert expected * (1 - FEATURE_REL_ERROR) <= hits[0]["_score"] <= expected * (1 + 1e-6)
+        stored = hits[0]["_source"]["lr_sparse"]
+        assert sorted(decode_key(k) for k in stored) == sorted([token, "common"])
+    hits = os_client.search(index=index_name,
+                            body=_sparse_query({encode_key("common"): 1.0}, 50))["hits"]["hits"]
+    assert len(hits) == len(TRICKY_TOKENS)
+
+
+def _index_hybrid_corpus(os_client: Any, index: str) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    docs = rng.normal(size=(60, 8)).astype(np.float32)
+    create_index(os_client, index, PlainBundle("b"))
+    lines: list[dict] = []
+    for i, vec in enumerate(docs):
+        sparse = {encode_key(f"t{j}"): float(1 + (i * j) % 5) for j in range(i % 4, i % 4 + 3)}
+        lines += [{"index": {"_index": index, "_id": str(i)}},
+                  {"lr_dense": vec.tolist(), "lr_sparse": sparse}]
+    assert not os_client.bulk(body=lines, refresh=True)["errors"]
+    return docs
+
+
+def test_server_hybrid_pipeline(os_client: Any, os_capabilities: Any, index_name: str) -> None:
+    """With neural-search: the pipeline's scores equal the documented fusion. Without it:
+    capabilities say so, and the server indeed refuses the pipeline (detection is right)."""
+    from opensearchpy import RequestError
+
+    pipeline = f"{index_name}-pipeline"
+    body = render_hybrid_pipeline(0.7, 0.3, technique="min_max", combination="arithmetic_mean")
+    if not os_capabilities.neural_search:
+        with pytest.raises(RequestError, match="normalization-processor"):
+            os_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=body)
+        assert not os_capabilities.server_hybrid and os_capabilities.knn
+        return
+    from lr_opensearch.fusion import fuse
+
+    docs = _index_hybrid_corpus(os_client, index_name)
+    os_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=body)
+    try:
+        query_vec = docs[0] * 0.5 + docs[1] * 0.5
+        dense = {"knn": {"lr_dense": {"vector": query_vec.tolist(), "k": 20}}}
+        sparse = _sparse_query({encode_key("t1"): 1.0, encode_key("t2"): 2.0}, 20)["query"]
+        hybrid = os_client.search(index=index_name, params={"search_pipeline": pipeline}, body={
+            "size": 20, "query": {"hybrid": {"queries": [dense, sparse]}}})["hits"]["hits"]
+        d_hits = os_client.search(index=index_name, body={"size": 20, "query": dense})
+        s_hits = os_client.search(index=index_name, body={"size": 20, "query": sparse})
+        fused = fuse([(h["_id"], h["_score"]) for h in d_hits["hits"]["hits"]],
+                     [(h["_id"], h["_score"]) for h in s_hits["hits"]["hits"]],
+                     weights=(0.7, 0.3), semantics="opensearch", k=20)
+        assert len(hybrid) > 0
+        server = {h["_id"]: h["_score"] for h in hybrid}
+        for hit in fused[: len(hybrid)]:
+            assert server[hit.doc_id] == pytest.approx(hit.score, rel=1e-4, abs=1e-6)
+    finally:
+        os_client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
