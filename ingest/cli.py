@@ -106,6 +106,8 @@ def configure_logging(args: argparse.Namespace) -> None:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if not args.verbose:  # one INFO line per bulk request is noise at this level
+        logging.getLogger("opensearch").setLevel(logging.WARNING)
 
 
 def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:

@@ -1,0 +1,89 @@
+"""Helpers shared by the ingest tests: a tiny real bundle, corpora, index inspection.
+
+Import from tests as ``from ingest_support import ...`` (pytest puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from model_fixtures import save_model_dir, tiny_bert
+from tiny_artifacts import tiny_bundle
+
+from ingest.config import ConnectionConfig, IngestConfig, RetryPolicy
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO = Path(__file__).resolve().parents[1]
+TINY_MAX_LENGTH = 48
+
+
+def data_dir() -> Path:
+    """The shared BEIR collections (``../shared/data`` from the work tree, or $LR_DATA_DIR)."""
+    return Path(os.environ.get("LR_DATA_DIR", DATA))
+
+
+def build_tiny_bundle(root: Path, *, seed: int = 0) -> Path:
+    """A real bundle around a randomly initialised 2-layer BERT with an MLM head (dense 32)."""
+    model, tok = tiny_bert(seed=seed, pooling="mean")
+    model_dir = save_model_dir(model, tok, root / f"tiny_model_{seed}")
+    return tiny_bundle(root / f"tiny_bundle_{seed}", tok, seed=seed, doc_encoder_dir=model_dir,
+                       dense_dim=32, architecture="BertForMaskedLM", sparse_head="mlm",
+                       pooling="mean", max_length=TINY_MAX_LENGTH, sparse_top_k=24)
+
+
+def read_corpus(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, Any] | bytes]) -> Path:
+    with open(path, "wb") as f:
+        for r in records:
+            f.write(r if isinstance(r, bytes) else (json.dumps(r) + "\n").encode("utf-8"))
+    return path
+
+
+def ingest_config(corpus: Path | str, bundle: Path, index: str, url: str, state: Path,
+                  **kw: Any) -> IngestConfig:
+    base: dict[str, Any] = dict(
+        corpus=str(corpus), bundle=str(bundle), index=index,
+        connection=ConnectionConfig(url=url), batch_size=16, chunk_size=40, sort_window=64,
+        state_dir=state, progress=False,
+        retry=RetryPolicy(max_attempts=6, initial_backoff=0.05, max_backoff=0.4))
+    base.update(kw)
+    return IngestConfig(**base)
+
+
+def index_ids(client: Any, index: str) -> list[str]:
+    """Every _id in the index (refreshes first), with repeats if there were any."""
+    client.indices.refresh(index=index)
+    ids: list[str] = []
+    resp = client.search(index=index, body={"query": {"match_all": {}}, "_source": False,
+                                            "sort": ["_doc"]}, size=1000, scroll="1m")
+    while resp["hits"]["hits"]:
+        ids += [h["_id"] for h in resp["hits"]["hits"]]
+        resp = client.scroll(scroll_id=resp["_scroll_id"], scroll="1m")
+    client.clear_scroll(scroll_id=resp["_scroll_id"])
+    return ids
+
+
+def ingest_cli(args: list[str], *, stdin: bytes | None = None, timeout: float = 300,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m ingest.bulk ARGS`` from the work tree."""
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO, input=stdin,
+                          capture_output=True, timeout=timeout, env=full_env, check=False)
