@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -26,16 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_support import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
-
-
-def free_port() -> int:
-    """A TCP port that is free on the loopback interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _docker_available() -> bool:

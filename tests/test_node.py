@@ -1,0 +1,143 @@
+"""The local node manager: lock file, JDK choice, config files, and the CLI lifecycle.
+
+The lifecycle test drives ``lr node start/status/logs/stop`` in subprocesses on its own
+free ports and throwaway node directory (separate from the session's test node).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from node_support import free_port
+
+from lr_opensearch.errors import ConfigError, NodeError
+from lr_opensearch.node import NodeConfig, load_lock
+from lr_opensearch.node.config import write_node_files
+from lr_opensearch.node.java import find_java, java_major
+from lr_opensearch.node.lock import LOCK_PATH, Artifact, verify_artifact
+
+
+def test_lock_file_pins_every_artifact() -> None:
+    lock = load_lock()
+    assert lock.distribution.coordinates == \
+        f"org.opensearch.distribution.integ-test-zip:opensearch:{lock.opensearch_version}:zip"
+    assert "opensearch-knn" in {p.name for p in lock.plugins}
+    for art in lock.artifacts:
+        assert len(art.sha256) == 64 and int(art.sha256, 16) >= 0
+        assert art.size > 0 and art.coordinates.count(":") == 3
+        assert art.version.startswith(lock.opensearch_version)
+    raw = json.loads(LOCK_PATH.read_text())
+    assert all({"groupId", "artifactId", "version", "packaging", "sha256"} <= set(a)
+               for a in raw["artifacts"])
+
+
+def test_verify_artifact_rejects_a_corrupt_file(tmp_path: Path) -> None:
+    good = tmp_path / "x.zip"
+    good.write_bytes(b"hello")
+    art = Artifact("plugin", "x", "g", "x", "1", "zip", 5,
+                   "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824")
+    verify_artifact(good, art)
+    good.write_bytes(b"hellO")
+    with pytest.raises(NodeError, match="sha256 of .* is"):
+        verify_artifact(good, art)
+    with pytest.raises(NodeError, match="has 3 bytes"):
+        good.write_bytes(b"abc")
+        verify_artifact(good, art)
+    with pytest.raises(NodeError, match="missing"):
+        verify_artifact(tmp_path / "absent.zip", art)
+
+
+def test_java_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    java = find_java(21, 25)
+    assert java.major >= 21 and java_major(java.path) == java.major
+    fake = tmp_path / "jdk17"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "java").write_text("#!/bin/sh\n")
+    (fake / "release").write_text('JAVA_VERSION="17.0.15"\n')
+    assert java_major(fake) == 17
+    monkeypatch.setenv("LR_JAVA_HOME", str(fake))
+    with pytest.raises(NodeError, match="LR_JAVA_HOME=.* is not a JDK 21"):
+        find_java(21, 25)
+    monkeypatch.delenv("LR_JAVA_HOME")
+    monkeypatch.setenv("JAVA_HOME", str(fake))  # too old: skipped, not used
+    assert find_java(21, 25).major >= 21
+
+
+def test_node_config_files(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "jvm.options").write_text("-Xms1g\n-Xmx1g\n")
+    (home / "config" / "log4j2.properties").write_text("status = error\n")
+    config = NodeConfig(node_dir=tmp_path / "n", http_port=9333, heap="1536m",
+                        seed_ports=(9434,))
+    write_node_files(config, home)
+    yml = (config.config_dir / "opensearch.yml").read_text()
+    assert '"http.port": 9333' not in yml and "http.port: 9333" in yml
+    assert "transport.port: 9433" in yml
+    assert "cluster.routing.allocation.disk.threshold_enabled: false" in yml
+    assert 'discovery.seed_hosts: ["127.0.0.1:9433", "127.0.0.1:9434"]' in yml
+    assert 'cluster.initial_cluster_manager_nodes: ["lr-9333", "lr-9334"]' in yml
+    assert "discovery.type" not in yml
+    assert "-Xmx1536m" in (config.config_dir / "jvm.options.d" / "lr.options").read_text()
+    single = NodeConfig(node_dir=tmp_path / "s").opensearch_settings()
+    assert single["discovery.type"] == "single-node" and single["network.host"] == "127.0.0.1"
+    with pytest.raises(ConfigError, match="heap"):
+        NodeConfig(node_dir=tmp_path, heap="lots")
+    with pytest.raises(ConfigError, match="not a TCP port"):
+        NodeConfig(node_dir=tmp_path, http_port=70000)
+
+
+def _lr(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LR_TEST_")}
+    return subprocess.run([sys.executable, "-m", "lr_opensearch.node", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.node
+def test_cli_lifecycle(tmp_path: Path) -> None:
+    """install (cached) -> start -> start again -> status -> logs -> stop -> status."""
+    http, transport = free_port(), free_port()
+    where = ["--http-port", str(http), "--data-dir", str(tmp_path / "node")]
+    inst = _lr("install")
+    assert inst.returncode == 0, inst.stderr
+    try:
+        first = _lr("start", *where, "--transport-port", str(transport), "--heap", "512m")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "cluster green" in first.stdout and "opensearch-knn" in first.stdout
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/_cat/plugins?format=json") as r:
+            assert "opensearch-knn" in {p["component"] for p in json.loads(r.read())}
+        second = _lr("start", *where)
+        assert second.returncode == 0 and "already running" in second.stderr
+        status = _lr("status", *where, "--json")
+        assert status.returncode == 0
+        report = json.loads(status.stdout)
+        assert report["running"] and report["health"] == "green"
+        assert report["url"] == f"http://127.0.0.1:{http}"
+        logs = _lr("logs", *where, "-n", "200")
+        assert logs.returncode == 0 and "started" in logs.stdout
+    finally:
+        stop = _lr("stop", *where)
+    assert stop.returncode == 0 and "stopped node" in stop.stdout
+    after = _lr("status", *where)
+    assert after.returncode == 3 and "not running" in after.stdout
+    again = _lr("stop", *where)
+    assert again.returncode == 0 and "no node running" in again.stdout
+
+
+def test_start_refuses_a_taken_port(tmp_path: Path) -> None:
+    """A port in use gives a clear error at once, not a hung or half-started node."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = str(sock.getsockname()[1])
+        proc = _lr("start", "--http-port", port, "--data-dir", str(tmp_path / "n"), timeout=300)
+    assert proc.returncode == 1
+    assert f"HTTP port 127.0.0.1:{port} is already in use" in proc.stderr
+    assert not (tmp_path / "n" / "node.json").exists()
