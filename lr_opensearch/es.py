@@ -1,0 +1,228 @@
+"""The Elasticsearch adapter: same Retriever API, ``dense_vector`` knn + sparse features.
+
+Index layout (see :func:`es_index_body`):
+
+* ``lr_dense``: ``dense_vector`` (``index: true``, ``similarity: max_inner_product``,
+  ``index_options.type: hnsw``). The 8.14+ default ``int8_hnsw`` quantises vectors and
+  changes scores a lot, so float HNSW is asked for explicitly. Scores are transformed
+  like OpenSearch's (``1 + ip`` / ``1 / (1 - ip)``).
+* ``lr_sparse``: ``sparse_vector`` (Elasticsearch 8.11+, in the server core) or
+  ``rank_features`` (needs the mapper-extras module, absent from minimal distributions).
+  For ``sparse_vector`` the query is a ``bool.should`` of ``term`` queries with
+  ``boost`` = query count, whose score is the sparse dot product (each term query on a
+  ``sparse_vector`` field is a linear feature query); for ``rank_features`` it is the
+  same ``rank_feature`` query as on OpenSearch.
+
+Elasticsearch has no neural-search ``hybrid`` query, so hybrid search always fuses client
+side (``_msearch`` + :mod:`lr_opensearch.fusion`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from elasticsearch import ApiError, TransportError
+
+from lr_opensearch import __version__
+from lr_opensearch.errors import BundleMismatchError, ConfigError, EngineError
+from lr_opensearch.fusion import FusionConfig
+from lr_opensearch.keys import KEY_ENCODING
+from lr_opensearch.search_dsl import (
+    DENSE_FIELD,
+    MSEARCH_CHUNK,
+    SPARSE_FIELD,
+    EngineResult,
+    Filter,
+    OpenSearchAdapter,
+    filter_clauses,
+    parse_response,
+    rank_feature_clauses,
+    vector_list,
+)
+
+logger = logging.getLogger(__name__)
+
+SPARSE_TYPES = ("sparse_vector", "rank_features")
+MAX_NUM_CANDIDATES = 10_000
+
+
+def es_index_body(
+    *,
+    dense_dim: int,
+    bundle_id: str,
+    key_encoding: str = KEY_ENCODING,
+    sparse_type: str = "sparse_vector",
+    m: int = 16,
+    ef_construction: int = 100,
+    shards: int = 1,
+    replicas: int = 0,
+) -> dict[str, Any]:
+    """The Elasticsearch index body for a LightRetriever bundle (mapping + ``_meta``)."""
+    if sparse_type not in SPARSE_TYPES:
+        raise ConfigError(
+            f"unknown sparse_type {sparse_type!r}; valid options: {', '.join(SPARSE_TYPES)}"
+        )
+    return {
+        "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
+        "mappings": {
+            "_meta": {
+                "lightretriever": {
+                    "bundle_id": bundle_id,
+                    "dense_dim": dense_dim,
+                    "key_encoding": key_encoding,
+                    "library_version": __version__,
+                }
+            },
+            "properties": {
+                DENSE_FIELD: {
+                    "type": "dense_vector",
+                    "dims": dense_dim,
+                    "index": True,
+                    "similarity": "max_inner_product",
+                    "index_options": {"type": "hnsw", "m": m, "ef_construction": ef_construction},
+                },
+                SPARSE_FIELD: {"type": sparse_type},
+                "title": {"type": "text"},
+                "text": {"type": "text"},
+                "metadata": {"type": "object"},
+            },
+        },
+    }
+
+
+def create_es_index(client: Any, index: str, bundle: Any, **opts: Any) -> None:
+    """Create an Elasticsearch index for ``bundle`` (options: see :func:`es_index_body`)."""
+    cfg = bundle.config
+    body = es_index_body(
+        dense_dim=cfg.served_dim, bundle_id=bundle.bundle_id, key_encoding=cfg.key_encoding, **opts
+    )
+    try:
+        client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
+    except (ApiError, TransportError) as exc:
+        raise EngineError(f"could not create Elasticsearch index {index!r}: {exc}") from exc
+
+
+class ElasticsearchAdapter(OpenSearchAdapter):
+    """Request bodies and transport for Elasticsearch (client fusion only).
+
+    Args:
+        client: an ``elasticsearch.Elasticsearch`` client.
+        sparse_type: ``sparse_vector``, ``rank_features`` or ``auto`` (read from the index
+            mapping by :meth:`check_bundle`; ``sparse_vector`` until then).
+    """
+
+    engine = "elasticsearch"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        dense_field: str = DENSE_FIELD,
+        sparse_field: str = SPARSE_FIELD,
+        sparse_type: str = "auto",
+    ):
+        super().__init__(client, dense_field=dense_field, sparse_field=sparse_field)
+        if sparse_type not in (*SPARSE_TYPES, "auto"):
+            raise ConfigError(
+                f"unknown sparse_type {sparse_type!r}; valid options: auto, {', '.join(SPARSE_TYPES)}"
+            )
+        self.sparse_type = "sparse_vector" if sparse_type == "auto" else sparse_type
+        self._auto = sparse_type == "auto"
+
+    def dense_query(
+        self, vector: np.ndarray, *, k: int, filter: Filter = None, ef_search: int | None = None
+    ) -> dict[str, Any]:
+        """``knn`` query; ``ef_search`` maps to ``num_candidates`` (default 1.5 k)."""
+        candidates = ef_search if ef_search is not None else math.ceil(1.5 * k)
+        knn: dict[str, Any] = {
+            "field": self.dense_field,
+            "query_vector": vector_list(vector),
+            "k": int(k),
+            "num_candidates": int(min(MAX_NUM_CANDIDATES, max(k, candidates))),
+        }
+        clauses = filter_clauses(filter)
+        if clauses:
+            knn["filter"] = clauses
+        return {"knn": knn}
+
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None) -> dict[str, Any]:
+        """``term`` clauses on a ``sparse_vector`` field (or ``rank_feature`` clauses)."""
+        if self.sparse_type == "rank_features":
+            should = rank_feature_clauses(sparse, self.sparse_field)
+        else:
+            should = [
+                {"term": {self.sparse_field: {"value": key, "boost": float(sparse[key])}}}
+                for key in sorted(sparse)
+                if float(sparse[key]) > 0.0
+            ]
+        if not should:
+            return {"match_none": {}}
+        query: dict[str, Any] = {"bool": {"should": should, "minimum_should_match": 1}}
+        clauses = filter_clauses(filter)
+        if clauses:
+            query["bool"]["filter"] = clauses
+        return query
+
+    def hybrid_query(self, dense: Mapping[str, Any], sparse: Mapping[str, Any]) -> dict[str, Any]:
+        raise ConfigError("Elasticsearch has no neural-search hybrid query; use fusion='client'")
+
+    def capabilities(self) -> Any:
+        return {"engine": "elasticsearch", "neural_search": False}
+
+    def server_hybrid_available(self) -> bool:
+        return False
+
+    def ensure_pipeline(self, config: FusionConfig) -> str:
+        raise ConfigError("Elasticsearch has no normalization search pipeline; use fusion='client'")
+
+    def check_bundle(self, index: str, bundle: Any) -> None:
+        """Compare the index ``_meta.lightretriever.bundle_id`` with the bundle's id."""
+        try:
+            resp = self.client.indices.get_mapping(index=index)
+        except (ApiError, TransportError) as exc:
+            raise EngineError(
+                f"cannot read the mapping of Elasticsearch index {index!r}: {exc}"
+            ) from exc
+        per_index: dict[str, Any] = dict(resp)
+        mappings: dict[str, Any] = next(iter(per_index.values()), {}).get("mappings", {})
+        meta = (mappings.get("_meta") or {}).get("lightretriever") or {}
+        found = meta.get("bundle_id")
+        if found != bundle.bundle_id:
+            raise BundleMismatchError(
+                f"index {index!r} was built with bundle {found!r} but the bundle at "
+                f"{bundle.path} has id {bundle.bundle_id!r}; search with the bundle the index "
+                f"was built with, or re-ingest into a new index"
+            )
+        if self._auto:
+            field = mappings.get("properties", {}).get(self.sparse_field, {})
+            if field.get("type") in SPARSE_TYPES:
+                self.sparse_type = field["type"]
+
+    def msearch(
+        self,
+        index: str,
+        bodies: Sequence[Mapping[str, Any]],
+        *,
+        pipeline: str | None = None,
+        what: str = "search",
+    ) -> list[EngineResult]:
+        if pipeline:
+            raise ConfigError("Elasticsearch has no search pipelines; use fusion='client'")
+        results: list[EngineResult] = []
+        for start in range(0, len(bodies), MSEARCH_CHUNK):
+            lines: list[Any] = []
+            for body in bodies[start : start + MSEARCH_CHUNK]:
+                lines.extend(({"index": index}, dict(body)))
+            try:
+                resp = self.client.msearch(searches=lines)
+            except (ApiError, TransportError) as exc:
+                raise EngineError(
+                    f"_msearch on Elasticsearch index {index!r} failed: {exc}"
+                ) from exc
+            for i, item in enumerate(resp["responses"]):
+                results.append(parse_response(item, f"{what} #{start + i} on {index!r}"))
+        return results

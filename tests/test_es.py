@@ -1,0 +1,98 @@
+"""Unit tests of the Elasticsearch adapter's request bodies (no node needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.es import ElasticsearchAdapter, es_index_body
+from lr_opensearch.fusion import fusion_config
+from lr_opensearch.keys import encode_key
+
+FLT = {"term": {"metadata.lang": "en"}}
+
+
+def test_index_body_dense_vector_max_inner_product_float_hnsw():
+    body = es_index_body(dense_dim=384, bundle_id="abc", sparse_type="sparse_vector")
+    props = body["mappings"]["properties"]
+    assert props["lr_dense"] == {
+        "type": "dense_vector",
+        "dims": 384,
+        "index": True,
+        "similarity": "max_inner_product",
+        "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
+    }
+    assert props["lr_sparse"] == {"type": "sparse_vector"}
+    assert body["mappings"]["_meta"]["lightretriever"]["bundle_id"] == "abc"
+    assert body["mappings"]["_meta"]["lightretriever"]["key_encoding"] == "lrk1"
+    rf = es_index_body(dense_dim=8, bundle_id="x", sparse_type="rank_features")
+    assert rf["mappings"]["properties"]["lr_sparse"] == {"type": "rank_features"}
+    with pytest.raises(ConfigError, match="sparse_vector, rank_features"):
+        es_index_body(dense_dim=8, bundle_id="x", sparse_type="sparse")
+
+
+def test_knn_query_with_filter_and_num_candidates():
+    es = ElasticsearchAdapter(client=None)
+    q = es.dense_query(np.array([1.0, -2.0], dtype=np.float32), k=10, filter=FLT)
+    assert q == {
+        "knn": {
+            "field": "lr_dense",
+            "query_vector": [1.0, -2.0],
+            "k": 10,
+            "num_candidates": 15,
+            "filter": [FLT],
+        }
+    }
+    assert es.dense_query(np.ones(2), k=10, ef_search=400)["knn"]["num_candidates"] == 400
+    assert es.dense_query(np.ones(2), k=50, ef_search=20)["knn"]["num_candidates"] == 50
+    assert es.dense_query(np.ones(2), k=9000)["knn"]["num_candidates"] == 10_000
+
+
+def test_sparse_vector_term_queries_with_count_boosts():
+    es = ElasticsearchAdapter(client=None)
+    a, dot = encode_key("wing"), encode_key(".")
+    q = es.sparse_query({a: 2.0, dot: 1.0}, filter=FLT)
+    assert q == {
+        "bool": {
+            "should": [
+                {"term": {"lr_sparse": {"value": k, "boost": b}}}
+                for k, b in sorted([(a, 2.0), (dot, 1.0)])
+            ],
+            "minimum_should_match": 1,
+            "filter": [FLT],
+        }
+    }
+    assert es.sparse_query({}) == {"match_none": {}}
+
+
+def test_rank_features_variant_matches_opensearch_clause():
+    es = ElasticsearchAdapter(client=None, sparse_type="rank_features")
+    q = es.sparse_query({"wing": 3.0})
+    assert q["bool"]["should"] == [
+        {"rank_feature": {"field": "lr_sparse.wing", "boost": 3.0, "linear": {}}}
+    ]
+
+
+def test_no_server_side_hybrid_on_elasticsearch():
+    es = ElasticsearchAdapter(client=None)
+    assert not es.server_hybrid_available()
+    with pytest.raises(ConfigError, match="fusion='client'"):
+        es.ensure_pipeline(fusion_config())
+    with pytest.raises(ConfigError, match="fusion='client'"):
+        es.hybrid_query({}, {})
+    with pytest.raises(ConfigError, match="auto, sparse_vector, rank_features"):
+        ElasticsearchAdapter(client=None, sparse_type="splade")
+
+
+def test_make_adapter_picks_elasticsearch_for_es_clients():
+    from elasticsearch import Elasticsearch
+
+    from lr_opensearch.search import make_adapter
+    from lr_opensearch.search_dsl import OpenSearchAdapter
+
+    assert isinstance(make_adapter(Elasticsearch("http://127.0.0.1:1")), ElasticsearchAdapter)
+    from opensearchpy import OpenSearch
+
+    adapter = make_adapter(OpenSearch("http://127.0.0.1:1"))
+    assert type(adapter) is OpenSearchAdapter
