@@ -27,10 +27,8 @@ from typing import Any
 import numpy as np
 from elasticsearch import ApiError, TransportError
 
-from lr_opensearch import __version__
-from lr_opensearch.errors import BundleMismatchError, ConfigError, EngineError
+from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.fusion import FusionConfig
-from lr_opensearch.keys import KEY_ENCODING
 from lr_opensearch.search_dsl import (
     DENSE_FIELD,
     MSEARCH_CHUNK,
@@ -43,6 +41,7 @@ from lr_opensearch.search_dsl import (
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.templates import check_index_bundle, render_es_index_body
 
 logger = logging.getLogger(__name__)
 
@@ -50,60 +49,36 @@ SPARSE_TYPES = ("sparse_vector", "rank_features")
 MAX_NUM_CANDIDATES = 10_000
 
 
-def es_index_body(
-    *,
-    dense_dim: int,
-    bundle_id: str,
-    key_encoding: str = KEY_ENCODING,
-    sparse_type: str = "sparse_vector",
-    m: int = 16,
-    ef_construction: int = 100,
-    shards: int = 1,
-    replicas: int = 0,
-) -> dict[str, Any]:
-    """The Elasticsearch index body for a LightRetriever bundle (mapping + ``_meta``)."""
+def es_index_body(*, sparse_type: str = "sparse_vector", **opts: Any) -> dict[str, Any]:
+    """The Elasticsearch index body: :func:`lr_opensearch.templates.render_es_index_body`
+    (``index_templates/elasticsearch/index.json``) with ``lr_sparse`` of ``sparse_type``.
+
+    ``sparse_vector`` (default) works on every Elasticsearch 8.11+; ``rank_features`` needs
+    the mapper-extras module. ``opts`` go to ``render_es_index_body``.
+    """
     if sparse_type not in SPARSE_TYPES:
         raise ConfigError(
             f"unknown sparse_type {sparse_type!r}; valid options: {', '.join(SPARSE_TYPES)}"
         )
-    return {
-        "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
-        "mappings": {
-            "_meta": {
-                "lightretriever": {
-                    "bundle_id": bundle_id,
-                    "dense_dim": dense_dim,
-                    "key_encoding": key_encoding,
-                    "library_version": __version__,
-                }
-            },
-            "properties": {
-                DENSE_FIELD: {
-                    "type": "dense_vector",
-                    "dims": dense_dim,
-                    "index": True,
-                    "similarity": "max_inner_product",
-                    "index_options": {"type": "hnsw", "m": m, "ef_construction": ef_construction},
-                },
-                SPARSE_FIELD: {"type": sparse_type},
-                "title": {"type": "text"},
-                "text": {"type": "text"},
-                "metadata": {"type": "object"},
-            },
-        },
-    }
+    body = render_es_index_body(**opts)
+    body["mappings"]["properties"][SPARSE_FIELD] = {"type": sparse_type}
+    return body
 
 
-def create_es_index(client: Any, index: str, bundle: Any, **opts: Any) -> None:
+def create_es_index(client: Any, index: str, bundle: Any, **opts: Any) -> dict[str, Any]:
     """Create an Elasticsearch index for ``bundle`` (options: see :func:`es_index_body`)."""
     cfg = bundle.config
     body = es_index_body(
-        dense_dim=cfg.served_dim, bundle_id=bundle.bundle_id, key_encoding=cfg.key_encoding, **opts
+        dense_dim=int(cfg.served_dim),
+        bundle_id=str(bundle.bundle_id),
+        key_encoding=str(cfg.key_encoding),
+        **opts,
     )
     try:
         client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
     except (ApiError, TransportError) as exc:
         raise EngineError(f"could not create Elasticsearch index {index!r}: {exc}") from exc
+    return body
 
 
 class ElasticsearchAdapter(OpenSearchAdapter):
@@ -180,25 +155,16 @@ class ElasticsearchAdapter(OpenSearchAdapter):
         raise ConfigError("Elasticsearch has no normalization search pipeline; use fusion='client'")
 
     def check_bundle(self, index: str, bundle: Any) -> None:
-        """Compare the index ``_meta.lightretriever.bundle_id`` with the bundle's id."""
+        """:func:`lr_opensearch.templates.check_index_bundle`, then read the sparse type."""
         try:
-            resp = self.client.indices.get_mapping(index=index)
+            check_index_bundle(self.client, index, bundle)
+            resp = self.client.indices.get_mapping(index=index) if self._auto else {}
         except (ApiError, TransportError) as exc:
             raise EngineError(
                 f"cannot read the mapping of Elasticsearch index {index!r}: {exc}"
             ) from exc
-        per_index: dict[str, Any] = dict(resp)
-        mappings: dict[str, Any] = next(iter(per_index.values()), {}).get("mappings", {})
-        meta = (mappings.get("_meta") or {}).get("lightretriever") or {}
-        found = meta.get("bundle_id")
-        if found != bundle.bundle_id:
-            raise BundleMismatchError(
-                f"index {index!r} was built with bundle {found!r} but the bundle at "
-                f"{bundle.path} has id {bundle.bundle_id!r}; search with the bundle the index "
-                f"was built with, or re-ingest into a new index"
-            )
-        if self._auto:
-            field = mappings.get("properties", {}).get(self.sparse_field, {})
+        for value in dict(resp).values():
+            field = value.get("mappings", {}).get("properties", {}).get(self.sparse_field, {})
             if field.get("type") in SPARSE_TYPES:
                 self.sparse_type = field["type"]
 

@@ -14,18 +14,19 @@ FLT = {"term": {"metadata.lang": "en"}}
 
 
 def test_index_body_dense_vector_max_inner_product_float_hnsw():
-    body = es_index_body(dense_dim=384, bundle_id="abc", sparse_type="sparse_vector")
+    body = es_index_body(dense_dim=384, bundle_id="abc")
     props = body["mappings"]["properties"]
-    assert props["lr_dense"] == {
-        "type": "dense_vector",
-        "dims": 384,
-        "index": True,
-        "similarity": "max_inner_product",
-        "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
-    }
+    dense = props["lr_dense"]
+    assert (dense["type"], dense["dims"], dense["index"], dense["similarity"]) == (
+        "dense_vector",
+        384,
+        True,
+        "max_inner_product",
+    )
+    assert dense["index_options"]["type"] == "hnsw"  # not the quantised int8_hnsw default
     assert props["lr_sparse"] == {"type": "sparse_vector"}
-    assert body["mappings"]["_meta"]["lightretriever"]["bundle_id"] == "abc"
-    assert body["mappings"]["_meta"]["lightretriever"]["key_encoding"] == "lrk1"
+    meta = body["mappings"]["_meta"]["lightretriever"]
+    assert (meta["bundle_id"], meta["dense_dim"], meta["key_encoding"]) == ("abc", 384, "lrk1")
     rf = es_index_body(dense_dim=8, bundle_id="x", sparse_type="rank_features")
     assert rf["mappings"]["properties"]["lr_sparse"] == {"type": "rank_features"}
     with pytest.raises(ConfigError, match="sparse_vector, rank_features"):
