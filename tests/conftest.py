@@ -50,6 +50,8 @@ def _answers(url: str) -> bool:
 
 
 def _from_docker(request: pytest.FixtureRequest) -> str:
+    # The compose file publishes on LR_DOCKER_HTTP_PORT; a free one keeps dev nodes safe.
+    os.environ.setdefault("LR_DOCKER_HTTP_PORT", str(free_port()))
     services = request.getfixturevalue("docker_services")
     port = services.port_for("opensearch", 9200)
     url = f"http://127.0.0.1:{port}"
@@ -91,6 +93,12 @@ def docker_compose_file() -> str:
 @pytest.fixture(scope="session")
 def docker_compose_project_name() -> str:
     return f"lr-opensearch-tests-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def docker_setup() -> list[str]:
+    """pytest-docker: only the OpenSearch service (Dashboards is for people), healthy."""
+    return ["up -d --wait opensearch"]
 
 
 @pytest.fixture(scope="session")

@@ -141,3 +141,34 @@ def test_start_refuses_a_taken_port(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"HTTP port 127.0.0.1:{port} is already in use" in proc.stderr
     assert not (tmp_path / "n" / "node.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.node
+def test_two_node_cluster(tmp_path: Path) -> None:
+    """Two local nodes form one cluster; an index with 1 replica goes green across them."""
+    from lr_opensearch.client import make_client
+    from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+
+    inst = install()
+    http = (free_port(), free_port())
+    transport = (free_port(), free_port())
+    configs = [NodeConfig(node_dir=tmp_path / f"n{i}", http_port=http[i],
+                          transport_port=transport[i], heap="512m", cluster_name="lr-pair",
+                          seed_ports=(transport[1 - i],),
+                          initial_managers=(f"lr-{http[0]}", f"lr-{http[1]}"))
+               for i in range(2)]
+    try:
+        start_node(configs[0], inst, wait=False)
+        start_node(configs[1], inst, timeout=400)
+        client = make_client(configs[0].url, timeout=120)
+        health = client.cluster.health(wait_for_nodes="2", wait_for_status="green",
+                                       timeout="120s", request_timeout=150)
+        assert health["number_of_nodes"] == 2 and not health["timed_out"]
+        client.indices.create(index="pair", body={"settings": {"number_of_replicas": 1}})
+        health = client.cluster.health(index="pair", wait_for_status="green", timeout="120s",
+                                       request_timeout=150)
+        assert health["active_shards"] == 2
+    finally:
+        for config in configs:
+            stop_node(config.node_dir)
