@@ -1,0 +1,99 @@
+"""``lr search`` formatting and argument handling (the end-to-end run is in test_search_integration)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.search_cli import _filter, _weights, format_hits, hits_json, register
+from lr_opensearch.search_explain import Explanation, TokenContribution
+from lr_opensearch.search_hits import Hit
+
+EXPL = Explanation(
+    dense_ip=7.25,
+    dense_engine_score=8.25,
+    sparse_score=7.0,
+    dense_norm=1.0,
+    sparse_norm=0.5,
+    fused=0.85,
+    dense_rank=1,
+    sparse_rank=2,
+    sparse_from_tokens=7.02,
+    top_tokens=(
+        TokenContribution("paris", "paris", 2.0, 2.25, 4.5),
+        TokenContribution(".", "-2e", 1.0, 2.5, 2.5),
+    ),
+)
+HITS = [
+    Hit("d1", 1, 0.85, 7.25, 7.0, {"title": "Paris  is\nknown"}, EXPL),
+    Hit("doc-22", 2, 0.3, None, 1.5, {"title": "x" * 200}, None),
+]
+
+
+def test_format_hits_table_and_explain():
+    text = format_hits("eiffel", HITS, explain=True)
+    lines = text.splitlines()
+    assert lines[0] == "query: eiffel"
+    assert lines[1].split() == ["rank", "id", "score", "dense", "sparse", "title"]
+    assert lines[2].split()[:5] == ["1", "d1", "0.8500", "7.2500", "7.0000"]
+    assert "Paris is known" in lines[2]  # whitespace collapsed
+    assert (
+        "dense ip 7.2500 (rank 1, norm 1.0000)" in lines[3]
+        and "sparse 7.0000 (rank 2, norm 0.5000)" in lines[3]
+    )
+    assert lines[4].strip() == "top tokens: 'paris' 2x2.250=4.500, '.' 1x2.500=2.500"
+    assert lines[5].split()[:5] == ["2", "doc-22", "0.3000", "-", "1.5000"]
+    assert lines[5].endswith("…") and len(lines[5]) < 120
+    assert "top tokens" not in format_hits("eiffel", HITS)
+    assert format_hits("q", []) == "query: q\n  (no hits)"
+
+
+def test_hits_json_is_plain_data():
+    data = hits_json("eiffel", HITS)
+    assert data["hits"][0]["explanation"]["top_tokens"][0]["token"] == "paris"
+    assert data["hits"][1]["dense_score"] is None
+
+
+def test_weights_and_filter_arguments():
+    assert _weights("0.6,0.4") == (0.6, 0.4) and _weights(None) is None
+    for bad in ("0.6", "a,b", "0.1,0.2,0.7"):
+        with pytest.raises(ConfigError, match="--weights"):
+            _weights(bad)
+    assert _filter('{"term": {"metadata.g": "a"}}') == {"term": {"metadata.g": "a"}}
+    with pytest.raises(ConfigError, match="--filter"):
+        _filter("{oops")
+
+
+def test_register_parses_options():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "search",
+            "--bundle",
+            "b",
+            "--index",
+            "i",
+            "two words",
+            "--k",
+            "3",
+            "--mode",
+            "sparse",
+            "--explain",
+            "--json",
+            "--url",
+            "http://h:1",
+        ]
+    )
+    assert (args.query, args.k, args.mode, args.explain, args.json, args.url) == (
+        ["two words"],
+        3,
+        "sparse",
+        True,
+        True,
+        "http://h:1",
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["search", "--bundle", "b", "--index", "i", "q", "--mode", "colbert"])
