@@ -84,6 +84,8 @@ def index_ids(client: Any, index: str) -> list[str]:
 def ingest_cli(args: list[str], *, stdin: bytes | None = None, timeout: float = 300,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run ``python -m ingest.bulk ARGS`` from the work tree."""
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    # one torch thread: the tiny test model gains nothing from more, and loses a lot when
+    # the CPU is shared
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO, input=stdin,
                           capture_output=True, timeout=timeout, env=full_env, check=False)
