@@ -186,36 +186,48 @@ def _index_hybrid_corpus(os_client: Any, index: str) -> np.ndarray:
     return docs
 
 
-def test_server_hybrid_pipeline(os_client: Any, os_capabilities: Any, index_name: str) -> None:
-    """With neural-search: the pipeline's scores equal the documented fusion. Without it:
-    capabilities say so, and the server indeed refuses the pipeline (detection is right)."""
-    from opensearchpy import RequestError
-
-    pipeline = f"{index_name}-pipeline"
-    body = render_hybrid_pipeline(0.7, 0.3, technique="min_max", combination="arithmetic_mean")
-    if not os_capabilities.neural_search:
-        with pytest.raises(RequestError, match="normalization-processor"):
-            os_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=body)
-        assert not os_capabilities.server_hybrid and os_capabilities.knn
-        return
+def _hybrid_case(os_client: Any, index: str, docs: np.ndarray, body: dict[str, Any],
+                 fuse_kw: dict[str, Any]) -> None:
+    """Run one pipeline server-side and check it against lr_opensearch.fusion.fuse."""
     from lr_opensearch.fusion import fuse
 
-    docs = _index_hybrid_corpus(os_client, index_name)
+    pipeline = f"{index}-pipeline"
     os_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=body)
     try:
         query_vec = docs[0] * 0.5 + docs[1] * 0.5
         dense = {"knn": {"lr_dense": {"vector": query_vec.tolist(), "k": 20}}}
         sparse = _sparse_query({encode_key("t1"): 1.0, encode_key("t2"): 2.0}, 20)["query"]
-        hybrid = os_client.search(index=index_name, params={"search_pipeline": pipeline}, body={
+        hybrid = os_client.search(index=index, params={"search_pipeline": pipeline}, body={
             "size": 20, "query": {"hybrid": {"queries": [dense, sparse]}}})["hits"]["hits"]
-        d_hits = os_client.search(index=index_name, body={"size": 20, "query": dense})
-        s_hits = os_client.search(index=index_name, body={"size": 20, "query": sparse})
-        fused = fuse([(h["_id"], h["_score"]) for h in d_hits["hits"]["hits"]],
-                     [(h["_id"], h["_score"]) for h in s_hits["hits"]["hits"]],
-                     weights=(0.7, 0.3), semantics="opensearch", k=20)
-        assert len(hybrid) > 0
-        server = {h["_id"]: h["_score"] for h in hybrid}
-        for hit in fused[: len(hybrid)]:
-            assert server[hit.doc_id] == pytest.approx(hit.score, rel=1e-4, abs=1e-6)
+        d_hits = os_client.search(index=index, body={"size": 20, "query": dense})["hits"]["hits"]
+        s_hits = os_client.search(index=index, body={"size": 20, "query": sparse})["hits"]["hits"]
     finally:
         os_client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
+    d_ids, s_ids = {h["_id"] for h in d_hits}, {h["_id"] for h in s_hits}
+    assert d_ids - s_ids and s_ids - d_ids  # the "missing from one sub-query" case occurs
+    fused = fuse([(h["_id"], h["_score"]) for h in d_hits],
+                 [(h["_id"], h["_score"]) for h in s_hits], semantics="opensearch", **fuse_kw)
+    assert len(hybrid) == min(20, len(d_ids | s_ids))
+    server = {h["_id"]: h["_score"] for h in hybrid}
+    for hit in fused[: len(hybrid)]:
+        assert server[hit.doc_id] == pytest.approx(hit.score, rel=1e-4, abs=1e-6), hit
+
+
+def test_server_hybrid_pipeline(os_client: Any, os_capabilities: Any, index_name: str) -> None:
+    """With neural-search: the server's hybrid scores equal lr_opensearch.fusion's
+    ``opensearch`` semantics (min-max + weighted arithmetic mean, and RRF). Without it:
+    capabilities say so, and the server indeed refuses the pipeline (detection is right)."""
+    from opensearchpy import RequestError
+
+    body = render_hybrid_pipeline(0.7, 0.3, technique="min_max", combination="arithmetic_mean")
+    if not os_capabilities.neural_search:
+        with pytest.raises(RequestError, match="normalization-processor"):
+            os_client.transport.perform_request("PUT", f"/_search/pipeline/{index_name}-p",
+                                                body=body)
+        assert not os_capabilities.server_hybrid and os_capabilities.knn
+        return
+    docs = _index_hybrid_corpus(os_client, index_name)
+    _hybrid_case(os_client, index_name, docs, body, {"weights": (0.7, 0.3)})
+    rrf = render_hybrid_pipeline(0.6, 0.4, combination="rrf", rank_constant=60)
+    _hybrid_case(os_client, index_name, docs, rrf,
+                 {"weights": (0.6, 0.4), "combination": "rrf", "rank_constant": 60})

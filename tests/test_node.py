@@ -28,7 +28,7 @@ def test_lock_file_pins_every_artifact() -> None:
     lock = load_lock()
     assert lock.distribution.coordinates == \
         f"org.opensearch.distribution.integ-test-zip:opensearch:{lock.opensearch_version}:zip"
-    assert "opensearch-knn" in {p.name for p in lock.plugins}
+    assert {p.name for p in lock.plugins} == {"opensearch-knn", "opensearch-neural-search"}
     for art in lock.artifacts:
         assert len(art.sha256) == 64 and int(art.sha256, 16) >= 0
         assert art.size > 0 and art.coordinates.count(":") == 3
@@ -111,6 +111,7 @@ def test_cli_lifecycle(tmp_path: Path) -> None:
         first = _lr("start", *where, "--transport-port", str(transport), "--heap", "512m")
         assert first.returncode == 0, first.stdout + first.stderr
         assert "cluster green" in first.stdout and "opensearch-knn" in first.stdout
+        assert "opensearch-neural-search" in first.stdout
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/_cat/plugins?format=json") as r:
             assert "opensearch-knn" in {p["component"] for p in json.loads(r.read())}
         second = _lr("start", *where)
