@@ -103,6 +103,8 @@ def read_table(path: Path) -> np.ndarray:
     shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
     if dtype != "F16" or not isinstance(shape, list) or len(shape) != 2:
         raise BundleError(f"{path}: tensor {TABLE_TENSOR!r} is {dtype} {shape}, expected F16 [V, dim]")
+    if not isinstance(offsets, list) or len(offsets) != 2:
+        raise BundleError(f"{path}: tensor {TABLE_TENSOR!r} has no valid data_offsets")
     begin, end = int(offsets[0]), int(offsets[1])
     if end - begin != shape[0] * shape[1] * 2 or 8 + header_len + end > size:
         raise BundleError(f"{path}: tensor data is truncated or its offsets are inconsistent")

@@ -44,7 +44,8 @@ def wordpiece_tokenizer(vocab_size: int = 200, *, padding: bool = True) -> Token
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS,
+                                       show_progress=False)
     tok.train_from_iterator(SENTENCES, trainer=trainer)
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
@@ -64,7 +65,7 @@ def bpe_tokenizer(vocab_size: int = 400) -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(SENTENCES, trainer=trainer)
     bos = tok.token_to_id("<|begin_of_text|>")

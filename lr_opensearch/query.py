@@ -1,0 +1,229 @@
+"""The model-free query encoder: a tokenizer and a table lookup (no torch, no transformers).
+
+LightRetriever encodes a query without running a model:
+
+* **dense** = mean of the rows ``E[t]`` of the instruction's cached table over the
+  query's tokens (special tokens excluded, repeats counted), accumulated in float32,
+  truncated to the bundle's ``served_dim``;
+* **sparse** = ``{encode_key(token): count}`` over the same tokens (minus stopwords and
+  punctuation when the bundle was trained with ``remove_stopwords``).
+
+Batches are vectorised: tokenization by :class:`~lr_opensearch.query_tokens.QueryTokenizer`
+(word cache or the Rust batch tokenizer), then an embedding-bag style gather + segment
+mean in numpy: queries are sorted by length in blocks and, position by position, the
+rows of all queries still that long are gathered and added (no per-token Python loop).
+The result for a query does not depend on the batch it is in.
+
+Limits: an empty text or one with no tokens left raises :class:`QueryError` naming it; a
+text longer than ``max_tokens`` tokens keeps its first ``max_tokens`` (default 512; the
+cut is logged once). The dense vector is therefore always finite.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lr_opensearch.bundle import Bundle
+from lr_opensearch.errors import QueryError
+from lr_opensearch.keys import encode_key
+from lr_opensearch.query_tokens import QueryTokenizer
+from lr_opensearch.stopwords import sparse_stop_mask
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 512
+_BLOCK = 512  # queries per dense block: a block's gathered rows stay in L2
+
+
+@dataclass(frozen=True)
+class EncodedQuery:
+    """One encoded query.
+
+    Attributes:
+        dense: [served_dim] float32.
+        sparse: {encoded key: count}.
+        token_ids: [T] int64 ids that made the vectors (no special tokens, after the cap).
+    """
+
+    dense: np.ndarray
+    sparse: dict[str, float]
+    token_ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class QueryBatch:
+    """Encoded queries, in input order.
+
+    Attributes:
+        dense: [n, served_dim] float32.
+        sparse: n dicts {encoded key: count}.
+        token_ids: n int64 arrays.
+    """
+
+    dense: np.ndarray
+    sparse: list[dict[str, float]]
+    token_ids: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.sparse)
+
+    def __getitem__(self, i: int) -> EncodedQuery:
+        return EncodedQuery(self.dense[i], self.sparse[i], self.token_ids[i])
+
+
+def bag_mean(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray, *, block: int = _BLOCK,
+             out: np.ndarray | None = None) -> np.ndarray:
+    """Mean of table rows per query (an embedding bag in mean mode), float32.
+
+    Args:
+        table: [V, d] float32 or float16 rows.
+        flat: [N] int64 ids of all queries back to back.
+        lengths: [n] int64 ids per query, all >= 1, summing to N.
+        block: queries handled together.
+        out: optional [n, d] float32 result buffer.
+
+    Returns:
+        [n, d] float32: row i is the mean of ``table[flat[s_i : s_i + lengths[i]]]``,
+        summed in position order (so a query's vector is independent of its batch).
+    """
+    n, d = len(lengths), table.shape[1]
+    res = np.empty((n, d), np.float32) if out is None else out
+    starts = np.cumsum(lengths) - lengths
+    buf = np.empty((block, d), table.dtype)
+    for s in range(0, n, block):
+        e = min(n, s + block)
+        order = np.argsort(-lengths[s:e], kind="stable")
+        lens, first = lengths[s:e][order], starts[s:e][order]
+        longest = int(lens[0])
+        live = np.searchsorted(-lens, -np.arange(longest), side="left")  # queries with len > j
+        pos = np.minimum(first[None, :] + np.arange(longest)[:, None], len(flat) - 1)
+        ids = flat[pos]  # [longest, b]; column i is valid up to lens[i]
+        acc = np.empty((e - s, d), np.float32)
+        acc[...] = table[ids[0]]
+        for j in range(1, longest):
+            k = live[j]
+            np.take(table, ids[j, :k], axis=0, out=buf[:k])
+            np.add(acc[:k], buf[:k], out=acc[:k])
+        acc /= lens[:, None].astype(np.float32)
+        res[s + order] = acc
+    return res
+
+
+class QueryEncoder:
+    """Encode queries with a bundle's tokenizer and query tables.
+
+    Args:
+        bundle: a loaded :class:`~lr_opensearch.bundle.Bundle`.
+        instruction: default instruction name (``None``: the bundle's default).
+        max_tokens: tokens kept per query (first ones); longer queries are cut, logged once.
+        table_dtype: ``"float32"`` keeps a float32 copy of the served columns of each used
+            table (fastest; 4 x V x served_dim bytes), ``"float16"`` reads the memory-mapped
+            table directly. ``"auto"``: float32 when that copy is at most 1 GiB.
+        cache_size: word-cache entries of the tokenizer (0: always use the tokenizer).
+    """
+
+    def __init__(self, bundle: Bundle, instruction: str | None = None,
+                 max_tokens: int = DEFAULT_MAX_TOKENS, *, table_dtype: str = "auto",
+                 cache_size: int = 1 << 20):
+        if table_dtype not in ("auto", "float32", "float16"):
+            raise QueryError(f"table_dtype={table_dtype!r}; choose 'auto', 'float32' or 'float16'")
+        self.bundle = bundle
+        self.config = bundle.config
+        self.instruction = bundle.resolve_instruction(instruction)
+        self.served_dim = self.config.served_dim
+        self.max_tokens = int(max_tokens)
+        if table_dtype == "auto":
+            big = bundle.vocab_size * self.served_dim * 4 > (1 << 30)
+            table_dtype = "float16" if big else "float32"
+        self.table_dtype = table_dtype
+        self.tokenizer = QueryTokenizer(bundle.tokenizer, sorted(bundle.special_token_ids),
+                                        bundle.vocab_size, max_tokens, cache_size)
+        self._tables: dict[str, np.ndarray] = {}
+        self._keys: list[str] | None = None
+        self._sparse_keep: np.ndarray | None = None
+
+    def table(self, instruction: str | None = None) -> np.ndarray:
+        """[V, served_dim] rows used for the dense vector (float32 copy or float16 map)."""
+        name = self.bundle.resolve_instruction(instruction or self.instruction)
+        if name not in self._tables:
+            full = self.bundle.table(name)
+            if self.table_dtype == "float32":
+                self._tables[name] = np.ascontiguousarray(full[:, : self.served_dim], np.float32)
+            else:
+                self._tables[name] = full[:, : self.served_dim]
+        return self._tables[name]
+
+    @property
+    def keys(self) -> list[str]:
+        """Encoded sparse key of every vocabulary id."""
+        if self._keys is None:
+            tok = self.bundle.tokenizer
+            self._keys = [encode_key(tok.id_to_token(i) or "") for i in range(self.bundle.vocab_size)]
+        return self._keys
+
+    def encode(self, text: str, instruction: str | None = None) -> EncodedQuery:
+        """Encode one query (see :meth:`encode_batch`)."""
+        return self.encode_batch([text], instruction)[0]
+
+    def encode_batch(self, texts: Sequence[str], instruction: str | None = None) -> QueryBatch:
+        """Encode queries.
+
+        Args:
+            texts: the query texts.
+            instruction: instruction name selecting the table (default: the encoder's).
+
+        Returns:
+            A :class:`QueryBatch` (dense [n, served_dim] float32).
+
+        Raises:
+            QueryError: a text is empty or has no tokens left (names it and its position).
+        """
+        if isinstance(texts, str):
+            raise QueryError("encode_batch takes a list of texts; use encode() for one text")
+        flat, lengths = self.tokenize(texts)
+        table = self.table(instruction)
+        dense = bag_mean(table, flat, lengths) if len(texts) else np.empty((0, self.served_dim), np.float32)
+        sparse = self.sparse(flat, lengths)
+        splits = np.split(flat, np.cumsum(lengths)[:-1]) if len(texts) else []
+        return QueryBatch(dense, sparse, splits)
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids [N] int64, lengths [n] int64); QueryError for a query without tokens."""
+        flat, lengths = self.tokenizer(texts)
+        if len(lengths) and lengths.min() == 0:
+            i = int(np.argmin(lengths))
+            what = "is empty" if not str(texts[i]).strip() else "has no tokens after tokenization"
+            raise QueryError(
+                f"query {i} ({_show(texts[i])}) {what}; LightRetriever needs at least one "
+                "non-special token to build a query vector"
+            )
+        return flat, lengths
+
+    def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> list[dict[str, float]]:
+        """{encoded key: count} per query from tokenized ids."""
+        if self.config.remove_stopwords:
+            if self._sparse_keep is None:
+                self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, self.bundle.vocab_size)
+            keep = self._sparse_keep[flat]
+            owner = np.repeat(np.arange(len(lengths)), lengths)[keep]
+            flat, lengths = flat[keep], np.bincount(owner, minlength=len(lengths))
+        key = self.keys.__getitem__
+        ids = flat.tolist()
+        out: list[dict[str, float]] = []
+        start = 0
+        for length in lengths.tolist():
+            counts = Counter(ids[start : start + length])
+            out.append(dict(zip(map(key, counts), map(float, counts.values()), strict=True)))
+            start += length
+        return out
+
+
+def _show(text: Any, limit: int = 60) -> str:
+    text = str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -1,0 +1,42 @@
+"""The query side must not import torch or transformers, even indirectly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+QUERY_SIDE = ["lr_opensearch", "lr_opensearch.keys", "lr_opensearch.bundle", "lr_opensearch.bundle_io",
+              "lr_opensearch.query", "lr_opensearch.query_tokens", "lr_opensearch.stopwords",
+              "lr_opensearch.search", "lr_opensearch.fusion", "lr_opensearch.client",
+              "lr_opensearch.templates", "lr_opensearch.bundle_cli"]
+HEAVY = ["torch", "transformers"]
+
+
+def test_query_side_leaves_torch_and_transformers_out() -> None:
+    present = [m for m in QUERY_SIDE if importlib.util.find_spec(m) is not None]
+    assert {"lr_opensearch.keys", "lr_opensearch.bundle", "lr_opensearch.query"} <= set(present)
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {present!r}: importlib.import_module(m)\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_encoding_a_query_leaves_torch_out(tmp_path) -> None:  # noqa: ANN001
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from tiny_artifacts import tiny_bundle\n"
+        "from lr_opensearch.bundle import load_bundle\n"
+        "from lr_opensearch.query import QueryEncoder\n"
+        f"b = load_bundle(tiny_bundle({str(tmp_path / 'b')!r}))\n"
+        "q = QueryEncoder(b).encode('what is the capital of france')\n"
+        "assert q.dense.shape == (16,)\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
