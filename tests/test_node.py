@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -173,3 +174,27 @@ def test_two_node_cluster(tmp_path: Path) -> None:
     finally:
         for config in configs:
             stop_node(config.node_dir)
+
+
+def test_prune_keeps_the_current_and_running_installations(tmp_path: Path) -> None:
+    from lr_opensearch.node.install import MARKER, prune_installations
+
+    homes = {name: tmp_path / f"opensearch-{name}" for name in ("old", "busy", "new", "partial")}
+    for name, home in homes.items():
+        home.mkdir()
+        if name != "partial":
+            (home / MARKER).write_text("{}")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
+                                str(homes["busy"] / "bin" / "opensearch")])
+    cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+    for _ in range(100):  # the command line appears once exec has completed
+        if b"opensearch-busy" in cmdline.read_bytes():
+            break
+        time.sleep(0.05)
+    try:
+        removed = prune_installations(tmp_path, keep=homes["new"])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert removed == [homes["old"]]
+    assert all(homes[n].exists() for n in ("busy", "new", "partial"))

@@ -155,6 +155,35 @@ def _install_plugin(home: Path, plugin_zip: Path, java: JavaHome) -> None:
                         f"(exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
 
 
+def _in_use(home: Path) -> bool:
+    """True if a running process was started from ``home`` (its command line names it)."""
+    needle = str(home).encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def prune_installations(cache: Path, keep: Path) -> list[Path]:
+    """Remove other OpenSearch installations in ``cache`` that no running process uses.
+
+    Returns:
+        The removed directories.
+    """
+    removed = []
+    for home in sorted(cache.glob("opensearch-*")):
+        if home == keep or not (home / MARKER).is_file() or _in_use(home):
+            continue
+        shutil.rmtree(home, ignore_errors=True)
+        removed.append(home)
+        logger.info("removed the superseded installation %s", home)
+    return removed
+
+
 def installed(cache: Path | str | None = None, lock: NodeLock | None = None) -> Path | None:
     """The installed home for ``lock`` if a complete installation exists, else None."""
     lock = lock or load_lock()
@@ -211,4 +240,5 @@ def install(cache: Path | str | None = None, *, lock: NodeLock | None = None,
         logger.info("installed OpenSearch %s with %s in %s (%.0f s)", lock.opensearch_version,
                     ", ".join(p.name for p in lock.plugins) or "no plugins", home,
                     time.monotonic() - started)
+        prune_installations(cache, keep=home)
     return Installation(home, lock, java)
