@@ -217,3 +217,22 @@ def test_unknown_instruction_lists_valid(tmp_path: Path) -> None:
     b = load_bundle(tiny_bundle(tmp_path / "b"))
     with pytest.raises(BundleError, match=r"no instruction 'qa'; valid: \['default'\]"):
         b.table("qa")
+
+
+def test_cli_bundle_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lr_opensearch.bundle_cli import parse_instructions
+    from lr_opensearch.cli import main
+    from lr_opensearch.errors import ConfigError
+
+    path = tiny_bundle(tmp_path / "b")
+    assert main(["bundle", "info", str(path), "--json", "--verify"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["bundle_id"] == load_bundle(path).bundle_id and info["vocab_size"] == 200
+    assert info["query_tables"]["default"]["shape"] == [200, 16]
+    assert main(["bundle", "info", str(path)]) == 0
+    assert "table       default (default): [200, 16]" in capsys.readouterr().out
+    _flip_byte(path / "tokenizer.json")
+    assert main(["bundle", "info", str(path)]) == 1  # BundleError -> exit 1, message logged
+    assert parse_instructions(["default=", "qa=Query: a=b"]) == {"default": "", "qa": "Query: a=b"}
+    with pytest.raises(ConfigError, match="NAME=TEXT"):
+        parse_instructions(["noequals"])
