@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from transformers import BertConfig, LlamaConfig
 
 from lr_opensearch.model import LightRetrieverModel
+from lr_opensearch.model.framing import plain_tokenizer
 
 
 def llama_config(vocab_size: int, eos: int = 1, bos: int = 0) -> LlamaConfig:
@@ -30,7 +31,8 @@ def bert_config(vocab_size: int, architecture: str = "BertForMaskedLM") -> BertC
     return BertConfig(
         vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, max_position_embeddings=128, architectures=[architecture],
-        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        initializer_range=0.2)  # at BERT's 0.02 a tiny random model's output ignores its input
 
 
 def tiny_llama(seed: int = 0, **kwargs: object) -> tuple[LightRetrieverModel, Tokenizer]:
@@ -67,3 +69,9 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def query_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Query token ids as the query side takes them: no special tokens, no padding."""
+    plain = plain_tokenizer(tokenizer)
+    return [plain.encode(t, add_special_tokens=False).ids for t in texts]

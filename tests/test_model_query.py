@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_fixtures import one_thread, tiny_bert, tiny_llama  # noqa: F401
+from model_fixtures import one_thread, query_tokens, tiny_bert, tiny_llama  # noqa: F401
 
 from lr_opensearch.errors import QueryError
 from lr_opensearch.model import LightRetrieverModel, instruction_ids
@@ -31,16 +31,12 @@ def _independent(model: LightRetrieverModel, instr: list[int], token: int) -> to
     return model.encode_documents(x, torch.ones_like(x)).dense[0]
 
 
-def _query_tokens(tok, texts: list[str]) -> list[list[int]]:  # noqa: ANN001
-    return [tok.encode(t, add_special_tokens=False).ids for t in texts]
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("with_instruction", [True, False])
 def test_block_masked_pass_equals_independent_passes(name: str, with_instruction: bool) -> None:
     model, tok = MODELS[name]()
     instr = instruction_ids(tok, INSTRUCTION if with_instruction else "")
-    queries = _query_tokens(tok, QUERIES)
+    queries = query_tokens(tok, QUERIES)
     assert all(queries) and len(queries[0]) > 2
     with torch.no_grad():
         packed = model.encode_query_dense(instr, queries)
@@ -55,7 +51,7 @@ def test_block_masked_pass_equals_independent_passes(name: str, with_instruction
 def test_each_token_vector_matches_and_tokens_do_not_see_each_other() -> None:
     model, tok = tiny_llama()
     instr = instruction_ids(tok, INSTRUCTION)
-    tokens = _query_tokens(tok, ["boundary layer heat transfer"])[0]
+    tokens = query_tokens(tok, ["boundary layer heat transfer"])[0]
     with torch.no_grad():
         per_token = model.encode_token_blocks(instr, [tokens])[0]
         alone = model.encode_token_blocks(instr, [[tokens[-1]]])[0, 0]
@@ -67,7 +63,7 @@ def test_each_token_vector_matches_and_tokens_do_not_see_each_other() -> None:
 def test_training_mode_query_forward_has_gradients() -> None:
     model, tok = tiny_bert()
     model.train()
-    out = model.encode_query_dense(instruction_ids(tok, INSTRUCTION), _query_tokens(tok, QUERIES))
+    out = model.encode_query_dense(instruction_ids(tok, INSTRUCTION), query_tokens(tok, QUERIES))
     out.pow(2).sum().backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
@@ -110,7 +106,7 @@ def test_token_table_rows_equal_independent_forward(name: str) -> None:
         for t in (0, 1, 17, vocab // 2, vocab - 1):
             torch.testing.assert_close(table[t], _independent(model, instr, t), rtol=0, atol=1e-5)
         # the query forward is the mean of the table rows of its tokens, repeats counted
-        queries = _query_tokens(tok, QUERIES)
+        queries = query_tokens(tok, QUERIES)
         dense = model.encode_query_dense(instr, queries)
     for q, vec in zip(queries, dense, strict=True):
         torch.testing.assert_close(vec, table[q].mean(0), rtol=0, atol=1e-5)
@@ -122,3 +118,24 @@ def test_token_table_packing_does_not_change_rows() -> None:
     one = model.token_table(instr, 40, batch_size=16, tokens_per_sequence=1, progress=False)
     many = model.token_table(instr, 40, batch_size=32, tokens_per_sequence=32, progress=False)
     torch.testing.assert_close(one, many, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama-last", "bert-mlm-cls"])
+def test_control_without_the_block_mask_the_vectors_differ(name: str) -> None:
+    """The equality above has teeth: with a plain (causal / full) mask it fails clearly."""
+    model, tok = MODELS[name]()
+    instr = instruction_ids(tok, INSTRUCTION)
+    tokens = query_tokens(tok, ["boundary layer heat transfer"])[0]
+    shared, head, tail = model.query_layout(instr)
+    packed = pack_blocks(shared, [[[*head, t, *tail] for t in tokens]], causal=model.kind == "decoder")
+    length = packed.input_ids.shape[1]
+    plain = torch.zeros(1, 1, length, length)
+    if model.kind == "decoder":
+        plain = plain.masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), float("-inf"))
+    with torch.no_grad():
+        hidden = model.body(packed.input_ids, plain, packed.position_ids)
+        wrong = model._finish(model.pool(hidden, packed.visible))[0]
+        right = torch.stack([_independent(model, instr, t) for t in tokens])
+    diff = (wrong[1:] - right[1:]).abs().max().item()
+    print(f"\n{name}: without the block mask max |diff| = {diff:.2e}")
+    assert diff > 1e-2

@@ -271,7 +271,7 @@ class LightRetrieverModel(nn.Module):
             vocab_size: rows to compute (default: the sparse head's vocabulary size).
             batch_size: table rows per forward pass.
             tokens_per_sequence: rows packed into one sequence (default: 1 for encoders,
-                where nothing is shared; 64 for decoders, which share the prompt).
+                where nothing is shared; 128 for decoders, which share the prompt).
             progress: show a tqdm bar.
         Returns:
             [V, H] float32 on the CPU.
@@ -279,7 +279,7 @@ class LightRetrieverModel(nn.Module):
         from tqdm.auto import tqdm
 
         vocab_size = vocab_size or self.vocab_size
-        per_seq = tokens_per_sequence or (64 if self.kind == "decoder" else 1)
+        per_seq = tokens_per_sequence or (128 if self.kind == "decoder" else 1)
         table = torch.empty(vocab_size, self.hidden_size, dtype=torch.float32)
         was_training = self.training
         self.eval()
