@@ -151,7 +151,7 @@ class ElasticsearchAdapter(OpenSearchAdapter):
     def server_hybrid_available(self) -> bool:
         return False
 
-    def ensure_pipeline(self, config: FusionConfig) -> str:
+    def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         raise ConfigError("Elasticsearch has no normalization search pipeline; use fusion='client'")
 
     def check_bundle(self, index: str, bundle: Any) -> None:
@@ -173,11 +173,8 @@ class ElasticsearchAdapter(OpenSearchAdapter):
         index: str,
         bodies: Sequence[Mapping[str, Any]],
         *,
-        pipeline: str | None = None,
         what: str = "search",
     ) -> list[EngineResult]:
-        if pipeline:
-            raise ConfigError("Elasticsearch has no search pipelines; use fusion='client'")
         results: list[EngineResult] = []
         for start in range(0, len(bodies), MSEARCH_CHUNK):
             lines: list[Any] = []

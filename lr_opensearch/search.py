@@ -337,15 +337,19 @@ class Retriever:
         sparse: Sequence[Mapping[str, float]] | None,
         req: SearchRequest,
     ) -> list[list[Hit]]:
-        pipeline = self.adapter.ensure_pipeline(req.config)
+        pipeline = self.adapter.hybrid_pipeline(req.config)
         size = self._size(req)
         bodies = [
             self.adapter.body(
-                self.adapter.hybrid_query(*pair), size=size, source=req.source, timeout=req.timeout
+                self.adapter.hybrid_query(*pair),
+                size=size,
+                source=req.source,
+                timeout=req.timeout,
+                pipeline=pipeline,
             )
             for pair in sub
         ]
-        fused = self.adapter.msearch(self.index, bodies, pipeline=pipeline, what="hybrid search")
+        fused = self.adapter.msearch(self.index, bodies, what="hybrid search")
         parts: list[list[EngineResult]] = [[] for _ in sub]
         if req.explain:  # the sub-queries' own scores, to explain the server's fusion
             sub_bodies = [

@@ -8,8 +8,9 @@ Query DSL (DESIGN section 5):
 * sparse: ``{"bool": {"should": [{"rank_feature": {"field": "lr_sparse.<key>",
   "boost": count, "linear": {}}}, ...], "minimum_should_match": 1, "filter": F}}`` -
   the score is the sparse dot product ``sum(count * doc_weight)``.
-* hybrid (server side): ``{"hybrid": {"queries": [dense, sparse]}}`` searched through a
-  ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.templates`.
+* hybrid (server side): ``{"hybrid": {"queries": [dense, sparse]}}`` with the
+  ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.templates` inline in
+  the body (``_msearch`` has no ``search_pipeline`` parameter).
 
 An :class:`Elasticsearch adapter <lr_opensearch.es.ElasticsearchAdapter>` offers the same
 methods for Elasticsearch.
@@ -149,7 +150,7 @@ class OpenSearchAdapter:
         self.dense_field = dense_field
         self.sparse_field = sparse_field
         self._capabilities: Any = None
-        self._pipelines: set[str] = set()
+        self._pipelines: dict[str, dict[str, Any]] = {}
 
     # ---- query clauses -------------------------------------------------------------
     def dense_query(
@@ -193,8 +194,9 @@ class OpenSearchAdapter:
         source: Any = None,
         timeout: str | None = None,
         explain: bool = False,
+        pipeline: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A search body: query, size, ``_source`` selection, timeout."""
+        """A search body: query, size, ``_source`` selection, timeout, inline pipeline."""
         body: dict[str, Any] = {"size": int(size), "query": dict(query), "track_total_hits": False}
         if source is not None:
             body["_source"] = source
@@ -202,6 +204,8 @@ class OpenSearchAdapter:
             body["timeout"] = timeout
         if explain:
             body["explain"] = True
+        if pipeline is not None:
+            body["search_pipeline"] = dict(pipeline)
         return body
 
     # ---- cluster -------------------------------------------------------------------
@@ -222,55 +226,47 @@ class OpenSearchAdapter:
 
         check_index_bundle(self.client, index, bundle)
 
-    def ensure_pipeline(self, config: FusionConfig) -> str:
-        """Create (once) the normalization search pipeline for these fusion settings."""
+    def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
+        """The normalization search pipeline for these fusion settings, sent inline.
+
+        Rendered by :func:`lr_opensearch.templates.render_hybrid_pipeline` from
+        ``index_templates/``. It travels inside each search body (a temporary pipeline)
+        because ``_msearch`` accepts no ``search_pipeline`` parameter (OpenSearch 3.6
+        answers 400), while a body-level pipeline works in ``_msearch`` and ``_search``
+        alike and leaves no state on the cluster.
+        """
         from lr_opensearch.templates import render_hybrid_pipeline
 
-        name = pipeline_name(config)
-        if name in self._pipelines:
-            return name
-        if config.combination == "rrf":
-            body = render_hybrid_pipeline(
-                config.weights[0],
-                config.weights[1],
-                technique="rrf",
-                combination="rrf",
-                rank_constant=config.rank_constant,
-            )
-        else:
+        key = pipeline_name(config)
+        if key not in self._pipelines:
             body = render_hybrid_pipeline(
                 config.weights[0],
                 config.weights[1],
                 technique=config.normalization,
                 combination=config.combination,
+                rank_constant=config.rank_constant,
             )
-        try:
-            self.client.transport.perform_request("PUT", f"/_search/pipeline/{name}", body=body)
-        except OpenSearchException as exc:
-            raise EngineError(f"could not create search pipeline {name!r}: {exc}") from exc
-        logger.info("search pipeline %s ready", name)
-        self._pipelines.add(name)
-        return name
+            body.pop("description", None)
+            self._pipelines[key] = body
+        return self._pipelines[key]
 
     def msearch(
         self,
         index: str,
         bodies: Sequence[Mapping[str, Any]],
         *,
-        pipeline: str | None = None,
         what: str = "search",
     ) -> list[EngineResult]:
         """Run bodies through ``_msearch`` in chunks; one EngineResult per body, in order."""
         results: list[EngineResult] = []
         header: dict[str, Any] = {"index": index}
-        params = {"search_pipeline": pipeline} if pipeline else None
         for start in range(0, len(bodies), MSEARCH_CHUNK):
             chunk = bodies[start : start + MSEARCH_CHUNK]
             lines: list[Any] = []
             for body in chunk:
                 lines.extend((header, body))
             try:
-                resp = self.client.msearch(body=lines, params=params)
+                resp = self.client.msearch(body=lines)
             except OpenSearchException as exc:
                 raise EngineError(f"_msearch on index {index!r} failed: {exc}") from exc
             for i, item in enumerate(resp["responses"]):

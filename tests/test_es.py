@@ -79,7 +79,7 @@ def test_no_server_side_hybrid_on_elasticsearch():
     es = ElasticsearchAdapter(client=None)
     assert not es.server_hybrid_available()
     with pytest.raises(ConfigError, match="fusion='client'"):
-        es.ensure_pipeline(fusion_config())
+        es.hybrid_pipeline(fusion_config())
     with pytest.raises(ConfigError, match="fusion='client'"):
         es.hybrid_query({}, {})
     with pytest.raises(ConfigError, match="auto, sparse_vector, rank_features"):

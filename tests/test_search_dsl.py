@@ -107,6 +107,20 @@ def test_filter_clauses_and_pipeline_names():
     assert pipeline_name(fusion_config(normalization="l2")) != pipeline_name(fusion_config())
 
 
+def test_hybrid_pipeline_travels_inline_in_the_body():
+    pipe = ADAPTER.hybrid_pipeline(fusion_config((0.6, 0.4)))
+    proc = pipe["phase_results_processors"][0]["normalization-processor"]
+    assert proc["normalization"]["technique"] == "min_max"
+    assert proc["combination"] == {
+        "technique": "arithmetic_mean",
+        "parameters": {"weights": [0.6, 0.4]},
+    }
+    assert "description" not in pipe
+    assert ADAPTER.hybrid_pipeline(fusion_config((0.6, 0.4))) is pipe  # rendered once
+    body = ADAPTER.body({"match_all": {}}, size=3, pipeline=pipe)
+    assert body["search_pipeline"] == pipe
+
+
 def test_parse_response_errors_name_the_cause():
     ok = parse_response(
         {"took": 3, "hits": {"hits": [{"_id": "1", "_score": 2.5, "_source": {"title": "t"}}]}}, "x"

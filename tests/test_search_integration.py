@@ -1,0 +1,283 @@
+"""Retriever against a real OpenSearch node: exact scores, fusion, explain, filters, paging.
+
+A tiny bundle (random tables, a WordPiece tokenizer trained in the test) and 40 documents
+with random dense vectors and sparse maps are indexed directly through the bulk API, so
+every expected score is computed independently here with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.fusion import fuse
+from lr_opensearch.keys import encode_key
+from lr_opensearch.search import Retriever
+from lr_opensearch.search_explain import LUCENE_FEATURE_REL_TOL, inner_product_from_score
+from lr_opensearch.templates import create_index
+
+pytestmark = pytest.mark.node
+
+N_DOCS = 40
+QUERIES = [
+    "paris tower",
+    "boundary layer heat transfer flow",
+    "doctors treat patients in hospitals",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
+    """(bundle, index, vectors [N, 16], sparse maps, groups) on the node; deleted afterwards."""
+    tok = wordpiece_tokenizer(padding=False)
+    bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3))
+    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
+    sparse, groups, ops = [], [], []
+    index = f"lr-test-search-{uuid.uuid4().hex[:8]}"
+    create_index(os_client, index, bundle)
+    for i in range(N_DOCS):
+        tokens = rng.choice(vocab, size=8, replace=False)
+        sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}
+        group = "a" if i % 3 else "b"
+        sparse.append(sp)
+        groups.append(group)
+        ops += [
+            {"index": {"_index": index, "_id": f"d{i:02d}"}},
+            {
+                "lr_dense": vectors[i].tolist(),
+                "lr_sparse": sp,
+                "title": f"doc {i} {' '.join(tokens)}",
+                "text": " ".join(tokens),
+                "metadata": {"group": group},
+            },
+        ]
+    assert not os_client.bulk(body=ops, refresh=True)["errors"]
+    yield bundle, index, vectors, sparse, groups
+    os_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="module")
+def retriever(corpus: Any, os_client: Any) -> Retriever:
+    bundle, index, *_ = corpus
+    return Retriever(bundle, os_client, index, fusion="client", candidates=100)
+
+
+def exact(
+    corpus: Any, retriever: Retriever, text: str
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """numpy inner products [N] and exact sparse dot products [N] of one query."""
+    _, _, vectors, sparse, _ = corpus
+    q = retriever.encoder.encode(text)
+    ip = vectors @ q.dense
+    dots = np.array([sum(c * sp.get(k, 0.0) for k, c in q.sparse.items()) for sp in sparse])
+    return ip, dots, q.sparse
+
+
+def raw_subqueries(
+    os_client: Any, index: str, retriever: Retriever, text: str
+) -> tuple[list, list]:
+    """The two sub-queries written out by hand (not through the adapter) and run as-is."""
+    q = retriever.encoder.encode(text)
+    dense = {"size": 100, "query": {"knn": {"lr_dense": {"vector": q.dense.tolist(), "k": 100}}}}
+    sparse = {
+        "size": 100,
+        "query": {
+            "bool": {
+                "should": [
+                    {"rank_feature": {"field": f"lr_sparse.{k}", "boost": c, "linear": {}}}
+                    for k, c in q.sparse.items()
+                ]
+            }
+        },
+    }
+    out = []
+    for body in (dense, sparse):
+        hits = os_client.search(index=index, body=body)["hits"]["hits"]
+        out.append([(h["_id"], h["_score"]) for h in hits])
+    return out[0], out[1]
+
+
+def test_dense_mode_returns_exact_inner_products(corpus: Any, retriever: Retriever) -> None:
+    ip, _, _ = exact(corpus, retriever, QUERIES[0])
+    hits = retriever.search(QUERIES[0], k=10, mode="dense")
+    assert [h.doc_id for h in hits] == [f"d{i:02d}" for i in np.argsort(-ip)[:10]]
+    for h in hits:
+        want = float(ip[int(h.doc_id[1:])])
+        assert h.dense_score == pytest.approx(want, abs=2e-6 * max(1.0, abs(want)) ** 2)
+        assert h.score == h.dense_score and h.sparse_score is None
+
+
+def test_sparse_mode_scores_are_dot_products(corpus: Any, retriever: Retriever) -> None:
+    _, dots, q_sparse = exact(corpus, retriever, QUERIES[1])
+    hits = retriever.search(QUERIES[1], k=10, mode="sparse")
+    assert hits and all(h.dense_score is None for h in hits)
+    for h in hits:
+        want = dots[int(h.doc_id[1:])]
+        assert h.sparse_score == pytest.approx(want, rel=LUCENE_FEATURE_REL_TOL)
+    returned = {h.doc_id for h in hits}
+    worst = min(dots[int(d[1:])] for d in returned)
+    missing = [dots[i] for i in range(N_DOCS) if f"d{i:02d}" not in returned]
+    assert all(m <= worst * (1 + 2 * LUCENE_FEATURE_REL_TOL) for m in missing)
+
+
+@pytest.mark.parametrize("semantics", ["opensearch", "linear"])
+def test_hybrid_client_fusion_matches_independent_fusion(
+    corpus: Any, retriever: Retriever, os_client: Any, semantics: str
+) -> None:
+    _, index, *_ = corpus
+    for text in QUERIES:
+        dense, sparse = raw_subqueries(os_client, index, retriever, text)
+        if semantics == "linear":
+            dense = [(d, inner_product_from_score(s)) for d, s in dense]
+        expected = fuse(dense, sparse, weights=(0.7, 0.3), semantics=semantics, k=10)
+        hits = retriever.search(text, k=10, semantics=semantics)
+        assert [h.doc_id for h in hits] == [e.doc_id for e in expected]
+        assert [h.score for h in hits] == pytest.approx([e.score for e in expected], rel=1e-6)
+
+
+def test_explain_fields(corpus: Any, retriever: Retriever) -> None:
+    _, _, _, sparse, _ = corpus
+    ip, dots, q_sparse = exact(corpus, retriever, QUERIES[1])
+    hits = retriever.search(QUERIES[1], k=8, explain=True)
+    assert all("lr_sparse" not in (h.source or {}) for h in hits)  # stripped after use
+    for h in hits:
+        e, i = h.explanation, int(h.doc_id[1:])
+        assert e is not None and e.fused == h.score
+        assert e.dense_ip == pytest.approx(
+            float(ip[i]), abs=2e-6 * max(1.0, abs(float(ip[i]))) ** 2
+        )
+        assert e.sparse_from_tokens == pytest.approx(dots[i], rel=1e-9)
+        if e.sparse_score is not None:
+            assert e.sparse_score == pytest.approx(dots[i], rel=LUCENE_FEATURE_REL_TOL)
+            assert e.sparse_rank is not None and 0 < e.sparse_norm <= 1
+        contrib = sorted(
+            ((q_sparse[k] * sparse[i][k], k) for k in q_sparse if k in sparse[i]), reverse=True
+        )
+        got = [(t.contribution, t.key) for t in e.top_tokens]
+        assert [c for c, _ in got] == pytest.approx([c for c, _ in contrib[:5]])
+        assert all(encode_key(t.token) == t.key for t in e.top_tokens)
+
+
+def test_filter_applies_to_both_sides(corpus: Any, retriever: Retriever) -> None:
+    _, _, _, _, groups = corpus
+    flt = {"term": {"metadata.group": "b"}}
+    n_b = groups.count("b")
+    for mode in ("dense", "sparse", "hybrid"):
+        hits = retriever.search(QUERIES[2], k=n_b, mode=mode, filter=flt)
+        assert hits and all(groups[int(h.doc_id[1:])] == "b" for h in hits)
+    # efficient filtering: knn still finds k documents inside the filter
+    assert len(retriever.search(QUERIES[2], k=n_b, mode="dense", filter=flt)) == n_b
+
+
+def test_pagination_batch_and_source(corpus: Any, retriever: Retriever) -> None:
+    full = retriever.search(QUERIES[0], k=8)
+    page = retriever.search(QUERIES[0], k=4, from_=4)
+    assert [(h.doc_id, h.rank) for h in page] == [(h.doc_id, h.rank) for h in full[4:]]
+    batch = retriever.search_batch(QUERIES, k=5)
+    assert [[h.doc_id for h in hits] for hits in batch] == [
+        [h.doc_id for h in retriever.search(q, k=5)] for q in QUERIES
+    ]
+    only_title = retriever.search(QUERIES[0], k=3, source=["title"])
+    assert all(set(h.source) == {"title"} for h in only_title)
+
+
+def test_bundle_mismatch_is_refused(corpus: Any, os_client: Any, tmp_path: Any) -> None:
+    _, index, *_ = corpus
+    other = load_bundle(
+        tiny_bundle(tmp_path / "other", wordpiece_tokenizer(padding=False), seed=99)
+    )
+    with pytest.raises(BundleMismatchError, match=index):
+        Retriever(other, os_client, index)
+
+
+def test_fusion_path_choice(corpus: Any, os_client: Any, os_capabilities: Any) -> None:
+    bundle, index, *_ = corpus
+    auto = Retriever(bundle, os_client, index)
+    client = Retriever(bundle, os_client, index, fusion="client")
+    assert len(auto.search(QUERIES[0], k=5, semantics="linear")) == 5  # linear: client only
+    with pytest.raises(ConfigError, match="only client side"):
+        auto.search(QUERIES[0], k=5, semantics="linear", fusion="server")
+    if not os_capabilities.neural_search:
+        with pytest.raises(ConfigError, match="no neural-search"):
+            auto.search(QUERIES[0], k=5, fusion="server")
+    assert [h.doc_id for h in auto.search(QUERIES[0], k=5)] == [
+        h.doc_id for h in client.search(QUERIES[0], k=5)
+    ]
+
+
+def test_server_and_client_opensearch_semantics_agree(
+    corpus: Any, os_client: Any, os_capabilities: Any
+) -> None:
+    if not os_capabilities.neural_search:
+        pytest.skip("neural-search is not installed on this cluster: server fusion cannot run")
+    bundle, index, *_ = corpus
+    # candidates=8: each sub-query misses documents the other found (the server's 0.0 case)
+    for candidates in (100, 8):
+        server = Retriever(bundle, os_client, index, fusion="server", candidates=candidates)
+        client = Retriever(bundle, os_client, index, fusion="client", candidates=candidates)
+        for text in QUERIES:
+            s_hits, c_hits = server.search(text, k=8), client.search(text, k=8)
+            assert [h.doc_id for h in s_hits] == [h.doc_id for h in c_hits]
+            assert [h.score for h in s_hits] == pytest.approx([h.score for h in c_hits], rel=1e-5)
+            if candidates == 8:
+                found = [
+                    (h.explanation.dense_rank, h.explanation.sparse_rank)
+                    for h in server.search(text, k=8, explain=True)
+                ]
+                assert any(d is None or s is None for d, s in found)
+
+
+def test_lr_search_cli(corpus: Any, retriever: Retriever, opensearch_url: str, capsys: Any) -> None:
+    from lr_opensearch.cli import main
+
+    bundle, index, *_ = corpus
+    rc = main(
+        [
+            "search",
+            "--bundle",
+            str(bundle.path),
+            "--index",
+            index,
+            "--url",
+            opensearch_url,
+            "--k",
+            "4",
+            "--fusion",
+            "client",
+            "--json",
+            QUERIES[0],
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [h["doc_id"] for h in out[0]["hits"]] == [
+        h.doc_id for h in retriever.search(QUERIES[0], k=4)
+    ]
+    rc = main(
+        [
+            "search",
+            "--bundle",
+            str(bundle.path),
+            "--index",
+            index,
+            "--url",
+            opensearch_url,
+            "--k",
+            "3",
+            "--fusion",
+            "client",
+            "--explain",
+            QUERIES[1],
+        ]
+    )
+    text = capsys.readouterr().out
+    assert rc == 0 and "top tokens:" in text and "dense ip" in text
