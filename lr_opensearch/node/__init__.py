@@ -1,4 +1,4 @@
-"""The local OpenSearch node: install from Maven Central, configure, start, stop, inspect.
+"""The local OpenSearch node (core + k-NN + neural-search from Maven Central): install, start, stop.
 
 Typical use::
 

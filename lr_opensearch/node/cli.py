@@ -96,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                  "OpenSearch node")
     sub = node.add_subparsers(dest="node_command", metavar="ACTION", required=True)
 
-    p = sub.add_parser("install", help="fetch OpenSearch + k-NN from Maven Central (mvn)")
+    p = sub.add_parser("install", help="fetch OpenSearch + k-NN + neural-search from Maven Central (mvn)")
     p.add_argument("--cache-dir", default=None, help="installation cache")
     p.add_argument("--force", action="store_true", help="reinstall even if installed")
     p.set_defaults(func=_cmd_install)
