@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -118,7 +119,15 @@ def _filter(text: str | None) -> Any:
         ) from exc
 
 
+def quiet_transport(args: argparse.Namespace) -> None:
+    """The engine clients log every HTTP request at INFO; keep that for ``lr -v``."""
+    if not getattr(args, "verbose", False):
+        for name in ("opensearch", "elastic_transport.transport"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
+    quiet_transport(args)
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.search import Retriever
 

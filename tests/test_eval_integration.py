@@ -1,0 +1,121 @@
+"""``lr eval`` end to end on a real node: ingest through the ingest library, every run,
+the JSON contract, TREC files, the sweep plot, and index reuse."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ingest_support import build_tiny_bundle
+
+from lr_opensearch.evaluation import compute_metrics, load_beir, read_trec
+
+pytestmark = pytest.mark.node
+
+TOPICS = [
+    "supersonic boundary layer",
+    "heat transfer plate",
+    "eiffel tower paris",
+    "hospital doctors patients",
+    "hybrid sparse dense retrieval",
+    "laminar flow wing",
+    "french capital city",
+    "ranking documents queries",
+]
+
+
+def tiny_beir(root: Path) -> Path:
+    """24 documents (3 per topic), 8 queries each judging its topic's first two documents."""
+    (root / "qrels").mkdir(parents=True)
+    docs, qrels = [], ["query-id\tcorpus-id\tscore"]
+    for t, topic in enumerate(TOPICS):
+        for j in range(3):
+            docs.append(
+                {
+                    "_id": f"{t}-{j}",
+                    "title": f"{topic} study {j}",
+                    "text": f"we study {topic} in detail, part {j}.",
+                }
+            )
+        qrels += [f"q{t}\t{t}-0\t2", f"q{t}\t{t}-1\t1"]
+    queries = [{"_id": f"q{t}", "text": topic} for t, topic in enumerate(TOPICS)]
+    (root / "corpus.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps(d) + "\n" for d in docs).encode())
+    )
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (root / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+    return root
+
+
+def test_lr_eval_end_to_end(
+    tmp_path: Path,
+    opensearch_url: str,
+    os_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    from lr_opensearch.cli import main
+
+    monkeypatch.setenv("LR_INGEST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bundle = build_tiny_bundle(tmp_path)
+    data = tiny_beir(tmp_path / "tinyset")
+    out = tmp_path / "report"
+    index = "lr-test-eval-tinyset"
+    args = [
+        "eval",
+        "--dataset",
+        str(data),
+        "--bundle",
+        str(bundle),
+        "--index",
+        index,
+        "--url",
+        opensearch_url,
+        "--out",
+        str(out),
+        "--batch-size",
+        "3",
+        "--json",
+    ]
+    try:
+        assert main(args) == 0
+        report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
+        assert report["index_status"] == "ingested"
+        assert set(report["runs"]) == {
+            "bm25",
+            "full-dense",
+            "lr-dense",
+            "lr-sparse",
+            "lr-hybrid",
+            "lr-hybrid-linear",
+        }
+        qrels = load_beir(data).qrels
+        for name, metrics in report["runs"].items():
+            assert {"ndcg@10", "recall@20", "recall@50", "recall@100", "mrr@10", "qps"} <= set(
+                metrics
+            )
+            assert metrics["qps"] > 0
+            run = read_trec(out / "runs" / f"{name}.trec")
+            assert set(run) == set(qrels)
+            assert compute_metrics(qrels, run) == pytest.approx(
+                {k: v for k, v in metrics.items() if k not in ("qps", "seconds")}
+            )
+        # the queries are the topics' own words: BM25 must find the judged documents
+        assert report["runs"]["bm25"]["recall@20"] == pytest.approx(1.0)
+        assert report["runs"]["bm25"]["ndcg@10"] > 0.8
+        assert (out / "sweep.png").stat().st_size > 1000
+        assert len(report["sweep"]["opensearch"]["ndcg@10"]) == 11
+        # second run: the index is reused (same bundle, whole corpus), one run only
+        assert main(args[:-1] + ["--runs", "bm25", "--no-sweep"]) == 0
+        text = capsys.readouterr().out
+        assert "tinyset" in text and "bm25" in text and "lr-dense" not in text
+        assert json.loads((out / "report.json").read_text())["index_status"] == "reused"
+        assert main(["eval", "--compare", str(out)]) == 0
+        assert "bm25" in capsys.readouterr().out
+    finally:
+        os_client.indices.delete(index=index, ignore_unavailable=True)
