@@ -93,7 +93,7 @@ def build_bundle(
     from lr_opensearch.model import LightRetrieverModel
 
     is_packaged = model_dir is None
-    source = packaged_model_dir() if is_packaged else Path(model_dir)
+    source = packaged_model_dir() if model_dir is None else Path(model_dir)
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
         name=PACKAGED_MODEL_NAME if is_packaged else None)

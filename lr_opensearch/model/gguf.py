@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -66,7 +67,7 @@ def convert_gguf(gguf_file: str | Path | None = None, out_dir: str | Path | None
     logger.info("dequantising %s (about a minute on 2 cores)", gguf_path)
     kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=dtype, **kwargs)
+    loaded: Any = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=dtype, **kwargs)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

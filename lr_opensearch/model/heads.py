@@ -13,6 +13,7 @@ correct when peft wraps, or merges LoRA into, the modules it uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,13 +23,13 @@ from lr_opensearch.errors import ConfigError
 SPARSE_HEADS = ("lm", "mlm", "tied")
 
 
-def unwrap(hf: nn.Module) -> nn.Module:
+def unwrap(hf: Any) -> Any:
     """The plain HF model under a peft wrapper (or ``hf`` itself)."""
     get_base = getattr(hf, "get_base_model", None)
     return get_base() if callable(get_base) else hf
 
 
-def _mlm_transform_path(model: nn.Module) -> str | None:
+def _mlm_transform_path(model: Any) -> str | None:
     """Module path of the BERT-style head holding both ``transform`` and the decoder."""
     decoder = model.get_output_embeddings()
     for name, module in model.named_modules():

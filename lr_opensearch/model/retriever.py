@@ -68,6 +68,7 @@ class LightRetrieverModel(nn.Module):
     """
 
     pooling: ClassVar[str] = ""
+    hf: Any  # the HF model, possibly wrapped by peft
 
     def __init__(self, hf: nn.Module, *, kind: str, framing: Framing,
                  sparse_head: str | None = None, normalize: bool = False,
