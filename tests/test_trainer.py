@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from trainer_support import TINY_CONFIG, tiny_bert_dir, tiny_llama_dir, tiny_overrides, write_tiny_records
+from trainer_support import (
+    TINY_CONFIG,
+    tiny_bert_dir,
+    tiny_llama_dir,
+    tiny_overrides,
+    write_tiny_records,
+)
 
 from lr_opensearch.errors import ConfigError, TrainingError
 from trainer.batching import Collator
@@ -197,7 +203,7 @@ def test_a_few_steps_reduce_the_loss(bert_dir, records, tmp_path, tuning):
     # a source of exactly one micro-batch with every negative used: the same batch each step
     few = tmp_path / "four.jsonl"
     write_records(few, read_records(records)[:4])
-    config = _config(bert_dir, few, tmp_path / "run", **{"run.steps": 8, "run.save_every": 0,
+    config = _config(bert_dir, few, tmp_path / "run", **{"run.steps": 12, "run.save_every": 0,
                                                           "data.negatives": 3, "loss.kl_weight": 0,
                                                           **tuning})
     trainer = Trainer(config)
@@ -206,7 +212,7 @@ def test_a_few_steps_reduce_the_loss(bert_dir, records, tmp_path, tuning):
     after = _fixed_batch_loss(trainer)
     assert after < 0.8 * before, (before, after)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines] == list(range(1, 9))
+    assert [x["step"] for x in lines] == list(range(1, 13))
     assert {"dense", "sparse", "sparse/flops", "symmetric", "loss", "lr"} <= set(lines[0])
 
 
@@ -228,11 +234,21 @@ def test_resume_continues_identically(bert_dir, records, tmp_path):
     assert [p.name for p in checkpoint_dirs(tmp_path / "b")] == ["step-2", "step-4"]
 
 
+def test_wall_clock_budget_stops_and_checkpoints(bert_dir, records, tmp_path):
+    trainer = Trainer(_config(bert_dir, records, tmp_path / "run",
+                              **{"run.steps": 50, "run.save_every": 0, "run.max_wall_minutes": 0}))
+    result = trainer.run()
+    assert result.step == 1 and result.checkpoint is not None and result.checkpoint.name == "step-1"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["steps"], summary["planned_steps"]) == (1, 50)
+
+
 def _export_matches(model_dir: Path, records: Path, tmp_path: Path, instruction: str | None,
                     **extra: object) -> None:
+    from lr_opensearch.query import QueryEncoder
+
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.model import DocEncoder
-    from lr_opensearch.query import QueryEncoder
     from trainer.export import export_model
 
     instructions = f"{{default: '{instruction or ''}'}}"

@@ -169,6 +169,8 @@ class RunSettings:
         seed: everything random derives from it (and the step, and the rank).
         threads: torch intra-op threads (None = torch's default).
         resume: continue from the newest checkpoint in ``output_dir`` if there is one.
+        max_wall_minutes: stop (checkpoint, then export) after the step that crosses this
+            wall-clock budget; None = no budget. The stop is logged with the step reached.
     """
 
     output_dir: str = "runs/lightretriever"
@@ -183,6 +185,7 @@ class RunSettings:
     seed: int = 42
     threads: int | None = None
     resume: bool = True
+    max_wall_minutes: float | None = None
 
 
 @dataclass(frozen=True)

@@ -284,15 +284,34 @@ class Trainer:
             if self.step % run.log_every == 0 or self.step == run.steps:
                 self._log(window, time.perf_counter() - start)
                 window.clear()
-            if (run.save_every and self.step % run.save_every == 0) or self.step == run.steps:
+            out_of_time = self._out_of_time(start)
+            if out_of_time and self.step % run.log_every:
+                self._log(window, time.perf_counter() - start)
+                window.clear()
+            if (run.save_every and self.step % run.save_every == 0) or self.step == run.steps or out_of_time:
                 ckpt = self.save(logs)
+            if out_of_time:
+                logger.warning("wall-clock budget of %.1f min reached: stopping at step %d of %d",
+                               run.max_wall_minutes, self.step, run.steps)
+                break
         bar.close()
         wall = time.perf_counter() - start
         if self.rank == 0:
-            summary = {"steps": self.step, "wall_seconds": wall, "world_size": self.world,
+            summary = {"steps": self.step, "planned_steps": run.steps, "wall_seconds": wall,
+                       "world_size": self.world,
                        "last_logs": logs, "checkpoint": str(ckpt) if ckpt else None}
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         return TrainResult(self.step, self.out, ckpt, wall, logs)
+
+    def _out_of_time(self, start: float) -> bool:
+        """Whether the wall-clock budget is spent (decided on rank 0, shared with all ranks)."""
+        limit = self.config.run.max_wall_minutes
+        if limit is None:
+            return False
+        flag = torch.tensor([float(time.perf_counter() - start > 60.0 * limit)])
+        if self.world > 1:
+            torch.distributed.broadcast(flag, src=0)
+        return bool(flag.item())
 
     def _log(self, window: dict[str, list[float]], elapsed: float) -> None:
         if self.rank != 0:
