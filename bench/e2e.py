@@ -1,0 +1,209 @@
+"""End-to-end search: LightRetriever query encoder vs the full-backbone query encoder.
+
+    python bench/e2e.py --bundle /tmp/bundles/minilm --url http://127.0.0.1:9220
+                        [--dataset DIR] [--index I] [--batch-size 32] [--rounds 3] [--mode hybrid]
+
+Picks the largest collection in ../shared/data that has an ``lr eval`` index for this
+bundle on the node (``lr-eval-<name>-<bundle id>``; build one with ``lr eval`` first), or
+the one given. Both encoders then run the same queries through ``Retriever.search_encoded``
+(one ``_msearch`` per batch, same fusion):
+
+* ``lightretriever``: ``QueryEncoder.encode_batch`` (tokenizer + table lookup);
+* ``full``: the bundle's full document encoder on ``instruction + query`` (one forward)
+  for the dense vector. The sparse side is the same token-count map in both, so the only
+  difference is how the dense query vector is made.
+
+Rounds alternate between the two (the CPU is shared with the node and other work).
+Per batch it records the encode time, the engine/fusion time and the total; prints QPS,
+p50/p99 batch latency and the full / LightRetriever ratios; writes results/bench/e2e.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from lr_opensearch.bundle import load_bundle  # noqa: E402
+from lr_opensearch.client import cluster_capabilities, make_client  # noqa: E402
+from lr_opensearch.evaluation import load_beir  # noqa: E402
+from lr_opensearch.evaluation_runs import default_index_name  # noqa: E402
+from lr_opensearch.search import Retriever  # noqa: E402
+
+DATA = REPO.parent / "shared" / "data"
+logger = logging.getLogger("bench.e2e")
+
+
+def pick_dataset(client: Any, bundle: Any, given: str | None) -> tuple[Any, str]:
+    """(dataset, index): the given one, else the largest collection indexed for the bundle."""
+    candidates = (
+        [Path(given)] if given else sorted(p for p in DATA.iterdir() if (p / "qrels").is_dir())
+    )
+    best = None
+    for path in candidates:
+        ds = load_beir(path)
+        index = default_index_name(ds, bundle)
+        if client.indices.exists(index=index) and (best is None or ds.n_docs > best[0].n_docs):
+            best = (ds, index)
+    if best is None:
+        raise SystemExit(
+            f"no lr-eval index for bundle {bundle.bundle_id} on the node; run "
+            f"`lr eval --dataset {DATA}/scifact --bundle {bundle.path}` first"
+        )
+    return best
+
+
+def run_encoder(
+    name: str, encode: Any, retriever: Retriever, texts: list[str], batch: int, mode: str, k: int
+) -> dict[str, list[float]]:
+    """Per-batch seconds: encode, search (engine + fusion), total."""
+    times: dict[str, list[float]] = {"encode": [], "search": [], "total": []}
+    for start in range(0, len(texts), batch):
+        chunk = texts[start : start + batch]
+        t0 = time.perf_counter()
+        dense, sparse = encode(chunk)
+        t1 = time.perf_counter()
+        retriever.search_encoded(dense, sparse, k, mode=mode, source=False)
+        t2 = time.perf_counter()
+        times["encode"].append(t1 - t0)
+        times["search"].append(t2 - t1)
+        times["total"].append(t2 - t0)
+    return times
+
+
+def summarize(times: dict[str, list[float]], n_queries: int, batch: int) -> dict[str, float]:
+    total = np.asarray(times["total"])
+    return {
+        "qps": n_queries / float(total.sum()),
+        "p50_batch_ms": float(np.percentile(total, 50) * 1000),
+        "p99_batch_ms": float(np.percentile(total, 99) * 1000),
+        "encode_share": float(np.sum(times["encode"]) / total.sum()),
+        "encode_ms_per_query": float(np.sum(times["encode"]) / n_queries * 1000),
+        "batches": len(total),
+        "batch_size": batch,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bundle", required=True)
+    ap.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
+    ap.add_argument("--dataset", default=None)
+    ap.add_argument("--index", default=None)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--mode", choices=("hybrid", "dense"), default="hybrid")
+    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "e2e.json"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("opensearch").setLevel(logging.WARNING)
+
+    from lr_opensearch.model import DocEncoder
+
+    bundle = load_bundle(args.bundle)
+    client = make_client(args.url, timeout=120)
+    dataset, index = pick_dataset(client, bundle, args.dataset)
+    index = args.index or index
+    retriever = Retriever(bundle, client, index)
+    texts = list(dataset.queries.values())
+    full = DocEncoder.from_bundle(bundle, batch_size=args.batch_size)
+    instruction = bundle.instructions[bundle.resolve_instruction(None)]
+
+    def lr_encode(chunk: list[str]) -> tuple[np.ndarray, list[dict[str, float]]]:
+        b = retriever.encoder.encode_batch(chunk)
+        return b.dense, b.sparse
+
+    def full_encode(chunk: list[str]) -> tuple[np.ndarray, list[dict[str, float]]]:
+        dense = full.encode([instruction + t for t in chunk]).dense
+        return dense, retriever.encoder.encode_batch(chunk).sparse  # same sparse side
+
+    encoders = {"lightretriever": lr_encode, "full": full_encode}
+    for enc in encoders.values():  # warm-up: JIT, caches, first requests
+        run_encoder(
+            "warmup", enc, retriever, texts[: args.batch_size], args.batch_size, args.mode, args.k
+        )
+    times: dict[str, dict[str, list[float]]] = {
+        n: {"encode": [], "search": [], "total": []} for n in encoders
+    }
+    for r in range(args.rounds):
+        for name, enc in encoders.items():
+            t = run_encoder(name, enc, retriever, texts, args.batch_size, args.mode, args.k)
+            for key in t:
+                times[name][key] += t[key]
+            logger.info("round %d %s: %.1f q/s", r + 1, name, len(texts) / sum(t["total"]))
+    n_total = len(texts) * args.rounds
+    results = {n: summarize(t, n_total, args.batch_size) for n, t in times.items()}
+    lr, fl = results["lightretriever"], results["full"]
+    ratios = {
+        "qps_lightretriever_over_full": lr["qps"] / fl["qps"],
+        "p50_full_over_lightretriever": fl["p50_batch_ms"] / lr["p50_batch_ms"],
+        "p99_full_over_lightretriever": fl["p99_batch_ms"] / lr["p99_batch_ms"],
+    }
+    print(
+        f"dataset {dataset.name} ({dataset.n_docs} docs, {len(texts)} queries x {args.rounds} rounds), "
+        f"index {index}, mode {args.mode}, batch {args.batch_size}"
+    )
+    print(
+        f"{'encoder':<15} {'QPS':>8} {'p50 ms':>9} {'p99 ms':>9} {'encode ms/q':>12} {'encode share':>13}"
+    )
+    for name, res in results.items():
+        print(
+            f"{name:<15} {res['qps']:>8.1f} {res['p50_batch_ms']:>9.1f} {res['p99_batch_ms']:>9.1f} "
+            f"{res['encode_ms_per_query']:>12.2f} {res['encode_share']:>13.1%}"
+        )
+    print(
+        f"QPS ratio LightRetriever / full: {ratios['qps_lightretriever_over_full']:.2f}x; "
+        f"p50 full / LR: {ratios['p50_full_over_lightretriever']:.2f}x; "
+        f"p99 full / LR: {ratios['p99_full_over_lightretriever']:.2f}x"
+    )
+    import torch
+
+    caps = cluster_capabilities(client)
+    report = {
+        "bench": "e2e",
+        "dataset": dataset.name,
+        "docs": dataset.n_docs,
+        "queries": len(texts),
+        "rounds": args.rounds,
+        "index": index,
+        "mode": args.mode,
+        "k": args.k,
+        "bundle": str(bundle.path),
+        "bundle_id": bundle.bundle_id,
+        "results": results,
+        "ratios": ratios,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "load_avg": os.getloadavg(),
+        },
+        "engine": {"version": caps.version, "plugins": list(caps.plugins)},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
