@@ -238,3 +238,28 @@ def test_assemble_server_uses_server_scores_and_explains_from_parts():
     assert e.dense_ip == pytest.approx(2.0) and e.sparse_norm == pytest.approx(1.0)
     plain = assemble_server(fused, [], None, _req())
     assert plain[0].explanation is None and plain[0].dense_score is None
+
+
+def test_search_modules_leave_torch_out() -> None:
+    import json
+    import subprocess
+    import sys
+
+    mods = [
+        "lr_opensearch.search",
+        "lr_opensearch.search_dsl",
+        "lr_opensearch.search_hits",
+        "lr_opensearch.search_explain",
+        "lr_opensearch.search_cli",
+        "lr_opensearch.fusion",
+        "lr_opensearch.es",
+        "lr_opensearch.evaluation",
+        "lr_opensearch.evaluation_runs",
+        "lr_opensearch.eval_cli",
+    ]
+    code = (
+        f"import importlib, json, sys\nfor m in {mods!r}: importlib.import_module(m)\n"
+        "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
