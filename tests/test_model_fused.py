@@ -9,8 +9,11 @@ import textwrap
 
 import pytest
 import torch
+from model_fixtures import one_thread  # noqa: F401
 
 from lr_opensearch.model import naive_projection_max, projection_max
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _inputs(dtype: torch.dtype, batch: int = 3, length: int = 6, hidden: int = 5, vocab: int = 11,
@@ -65,7 +68,7 @@ def test_gradcheck_float64(with_bias: bool) -> None:
 
 
 _MEMORY_SCRIPT = textwrap.dedent("""
-    import json, sys, torch
+    import gc, json, torch
     from lr_opensearch.model import naive_projection_max, projection_max
     torch.set_num_threads(1)
     B, T, H, V = 4, 256, 64, 50_000
@@ -78,27 +81,30 @@ _MEMORY_SCRIPT = textwrap.dedent("""
     def status_kib(field):
         with open("/proc/self/status") as f:
             return next(int(l.split()[1]) for l in f if l.startswith(field + ":"))
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
-    before = status_kib("VmRSS")
-    if sys.argv[1] == "fused":
-        out = projection_max(h, mask, w, b, chunk=2048)
-    else:
-        out = naive_projection_max(h, mask, w, b)
-    (out * up).sum().backward()
-    print(json.dumps({"peak_delta_mib": (status_kib("VmHWM") - before) / 1024}))
+    def peak_mib(fn):
+        h.grad = w.grad = b.grad = None
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+        before = status_kib("VmRSS")
+        (fn(h, mask, w, b) * up).sum().backward()
+        return (status_kib("VmHWM") - before) / 1024
+    fused = peak_mib(lambda *a: projection_max(*a, chunk=2048))
+    naive = peak_mib(naive_projection_max)
+    print(json.dumps({"fused": fused, "naive": naive}))
 """)
 
 
-def _peak_mib(variant: str) -> float:
-    proc = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, variant], capture_output=True,
-                          text=True, timeout=300, check=True)
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_delta_mib"])
-
-
 def test_fused_peak_memory_far_below_naive() -> None:
-    """B=4, T=256, V=50k: naive holds [B,T,V] logits (+ their gradient), ~200 MiB each."""
-    fused, naive = _peak_mib("fused"), _peak_mib("naive")
+    """B=4, T=256, V=50k: naive holds [B,T,V] logits (+ their gradient), ~200 MiB each.
+
+    Peak RSS (VmHWM, reset through /proc/self/clear_refs) above the RSS before each call,
+    forward + backward, in a fresh process.
+    """
+    proc = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True,
+                          text=True, timeout=300, check=True)
+    peaks = json.loads(proc.stdout.strip().splitlines()[-1])
+    fused, naive = peaks["fused"], peaks["naive"]
     print(f"\npeak memory above inputs, forward+backward: fused {fused:.1f} MiB, "
           f"naive {naive:.1f} MiB, ratio {naive / max(fused, 1e-3):.1f}x")
     logits_mib = 4 * 256 * 50_000 * 4 / 2**20

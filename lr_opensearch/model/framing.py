@@ -6,7 +6,9 @@ instruction + token":
 - encoders: the tokenizer's own framing (``[CLS] ... [SEP]`` for BERT);
 - decoders: the tokenizer's own prefix (BOS if it adds one) and an EOS at the end (the
   tokenizer's own suffix if it has one, else the model's ``eos_token_id``); last-token
-  pooling then reads the EOS position, which has seen the whole sequence.
+  pooling then reads the EOS position, which has seen the whole sequence. A query token t
+  is thus encoded as ``[bos] + instruction + [t, eos]`` and pooled at that EOS, the layout
+  of the LightRetriever reference implementation.
 
 This module needs only ``tokenizers`` (no torch), so data code can use it freely.
 """
