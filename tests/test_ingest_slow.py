@@ -3,8 +3,10 @@ and the MiniLM bundle on a real collection (cranfield, 1,400 documents)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import random
 import socket
 import threading
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from ingest_support import build_tiny_bundle, data_dir, index_ids, ingest_config, read_corpus
 
 from ingest.bulk import run
+from ingest.config import RetryPolicy
 from ingest.reader import document_text
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.keys import encode_key
@@ -53,27 +56,30 @@ def test_a_saturated_write_queue_rejects_with_429_and_everything_still_lands(
     tiny = build_tiny_bundle(tmp_path)
     docs = read_corpus(data_dir() / "cranfield" / "corpus.jsonl.gz", limit=400)
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(__import__("json").dumps(d) + "\n" for d in docs))
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
     # other writers keep the single write thread busy, so the node refuses with 429
     client.indices.create(index="noise", body={"settings": {"number_of_replicas": 0}})
     stop = threading.Event()
     rejected = [0]
 
-    def noise() -> None:
+    def noise(seed: int) -> None:
         body = "".join('{"index":{}}\n{"f":"%s"}\n' % ("x" * 200) for _ in range(200))
-        while not stop.is_set():
+        rng = random.Random(seed)
+        while not stop.wait(rng.uniform(0.0, 0.05)):  # bursty, like other clients
             try:
                 resp = client.bulk(body=body, index="noise")
                 rejected[0] += sum(i["index"]["status"] == 429 for i in resp["items"])
             except Exception:  # noqa: BLE001 - rejected whole; that is the point
                 rejected[0] += 1
 
-    threads = [threading.Thread(target=noise, daemon=True) for _ in range(4)]
+    threads = [threading.Thread(target=noise, args=(k,), daemon=True) for k in range(3)]
     for t in threads:
         t.start()
     try:
         summary = run(ingest_config(corpus, tiny, "saturated", tiny_queue_node, tmp_path / "s",
-                                    chunk_size=20))
+                                    chunk_size=20, retry=RetryPolicy(max_attempts=12,
+                                                                     initial_backoff=0.1,
+                                                                     max_backoff=2.0)))
     finally:
         stop.set()
         for t in threads:
