@@ -271,8 +271,8 @@ class LightRetrieverModel(nn.Module):
             instruction_ids: the instruction's ids (no special tokens).
             vocab_size: rows to compute (default: the sparse head's vocabulary size).
             batch_size: table rows per forward pass.
-            tokens_per_sequence: rows packed into one sequence (default: 1 for encoders,
-                where nothing is shared; 128 for decoders, which share the prompt).
+            tokens_per_sequence: rows packed into one sequence (default: 128 when a prompt
+                is shared, i.e. decoders; else 1, a plain batch of independent sequences).
             progress: show a tqdm bar.
         Returns:
             [V, H] float32 on the CPU.
@@ -280,7 +280,8 @@ class LightRetrieverModel(nn.Module):
         from tqdm.auto import tqdm
 
         vocab_size = vocab_size or self.vocab_size
-        per_seq = tokens_per_sequence or (128 if self.kind == "decoder" else 1)
+        shared = self.query_layout(instruction_ids)[0]
+        per_seq = tokens_per_sequence or (128 if shared else 1)
         table = torch.empty(vocab_size, self.hidden_size, dtype=torch.float32)
         was_training = self.training
         self.eval()
