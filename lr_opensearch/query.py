@@ -22,9 +22,10 @@ cut is logged once). The dense vector is therefore always finite.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 512
 _BLOCK = 512  # queries per dense block: a block's gathered rows stay in L2
+_SLICE = 4096  # queries per pipelined slice (threads > 1)
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,12 @@ class QueryBatch:
     Attributes:
         dense: [n, served_dim] float32.
         sparse: n dicts {encoded key: count}.
-        token_ids: n int64 arrays.
+        token_ids: n int64 arrays (views of one flat array).
     """
 
     dense: np.ndarray
     sparse: list[dict[str, float]]
-    token_ids: list[np.ndarray]
+    token_ids: Sequence[np.ndarray]
 
     def __len__(self) -> int:
         return len(self.sparse)
@@ -77,15 +79,38 @@ class QueryBatch:
         return EncodedQuery(self.dense[i], self.sparse[i], self.token_ids[i])
 
 
+class RaggedIds(Sequence[np.ndarray]):
+    """Per-query id arrays as views of one flat array (a read-only list of arrays)."""
+
+    def __init__(self, flat: np.ndarray, lengths: np.ndarray):
+        self.flat = flat
+        self.lengths = lengths
+        self.starts = np.cumsum(lengths) - lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        start = int(self.starts[i])
+        return self.flat[start : start + int(self.lengths[i])]
+
+
+
 def bag_mean(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray, *, block: int = _BLOCK,
              out: np.ndarray | None = None) -> np.ndarray:
     """Mean of table rows per query (an embedding bag in mean mode), float32.
 
+    Queries are sorted by length (longest first) and cut into blocks of similar length;
+    within a block, position by position, the rows of every query that long are gathered
+    into a buffer and added to the block's accumulators (two numpy calls per position).
+
     Args:
         table: [V, d] float32 or float16 rows.
-        flat: [N] int64 ids of all queries back to back.
+        flat: [N] int64 ids (all < V) of all queries back to back.
         lengths: [n] int64 ids per query, all >= 1, summing to N.
-        block: queries handled together.
+        block: queries handled together (their buffers should fit in L2).
         out: optional [n, d] float32 result buffer.
 
     Returns:
@@ -94,24 +119,28 @@ def bag_mean(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray, *, block:
     """
     n, d = len(lengths), table.shape[1]
     res = np.empty((n, d), np.float32) if out is None else out
+    if n == 0:
+        return res
     starts = np.cumsum(lengths) - lengths
-    buf = np.empty((block, d), table.dtype)
+    order = np.argsort(-lengths, kind="stable")
+    buf = np.empty((min(block, n), d), table.dtype)
+    acc = np.empty((min(block, n), d), np.float32)
+    last = len(flat) - 1
     for s in range(0, n, block):
-        e = min(n, s + block)
-        order = np.argsort(-lengths[s:e], kind="stable")
-        lens, first = lengths[s:e][order], starts[s:e][order]
+        queries = order[s : s + block]
+        m, lens = len(queries), lengths[queries]
         longest = int(lens[0])
         live = np.searchsorted(-lens, -np.arange(longest), side="left")  # queries with len > j
-        pos = np.minimum(first[None, :] + np.arange(longest)[:, None], len(flat) - 1)
-        ids = flat[pos]  # [longest, b]; column i is valid up to lens[i]
-        acc = np.empty((e - s, d), np.float32)
-        acc[...] = table[ids[0]]
-        for j in range(1, longest):
-            k = live[j]
-            np.take(table, ids[j, :k], axis=0, out=buf[:k])
+        ids = flat[np.minimum(starts[queries][None, :] + np.arange(longest)[:, None], last)]
+        # mode="clip": ids are validated (< V) by the tokenizer; the default mode="raise"
+        # makes numpy gather into a temporary and copy, about 3x slower.
+        np.take(table, ids[0], axis=0, out=buf[:m], mode="clip")
+        acc[:m] = buf[:m]
+        for j, k in enumerate(live[1:].tolist(), start=1):
+            np.take(table, ids[j, :k], axis=0, out=buf[:k], mode="clip")
             np.add(acc[:k], buf[:k], out=acc[:k])
-        acc /= lens[:, None].astype(np.float32)
-        res[s + order] = acc
+        np.divide(acc[:m], lens[:, None].astype(np.float32), out=acc[:m])
+        res[queries] = acc[:m]
     return res
 
 
@@ -126,11 +155,12 @@ class QueryEncoder:
             table (fastest; 4 x V x served_dim bytes), ``"float16"`` reads the memory-mapped
             table directly. ``"auto"``: float32 when that copy is at most 1 GiB.
         cache_size: word-cache entries of the tokenizer (0: always use the tokenizer).
+        threads: 2 pipelines tokenization and the dense lookup of large batches.
     """
 
     def __init__(self, bundle: Bundle, instruction: str | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, *, table_dtype: str = "auto",
-                 cache_size: int = 1 << 20):
+                 cache_size: int = 1 << 20, threads: int = 2):
         if table_dtype not in ("auto", "float32", "float16"):
             raise QueryError(f"table_dtype={table_dtype!r}; choose 'auto', 'float32' or 'float16'")
         self.bundle = bundle
@@ -138,6 +168,7 @@ class QueryEncoder:
         self.instruction = bundle.resolve_instruction(instruction)
         self.served_dim = self.config.served_dim
         self.max_tokens = int(max_tokens)
+        self.threads = max(1, int(threads))
         if table_dtype == "auto":
             big = bundle.vocab_size * self.served_dim * 4 > (1 << 30)
             table_dtype = "float16" if big else "float32"
@@ -145,7 +176,7 @@ class QueryEncoder:
         self.tokenizer = QueryTokenizer(bundle.tokenizer, sorted(bundle.special_token_ids),
                                         bundle.vocab_size, max_tokens, cache_size)
         self._tables: dict[str, np.ndarray] = {}
-        self._keys: list[str] | None = None
+        self._keys: np.ndarray | None = None
         self._sparse_keep: np.ndarray | None = None
 
     def table(self, instruction: str | None = None) -> np.ndarray:
@@ -160,11 +191,12 @@ class QueryEncoder:
         return self._tables[name]
 
     @property
-    def keys(self) -> list[str]:
-        """Encoded sparse key of every vocabulary id."""
+    def key_array(self) -> np.ndarray:
+        """[V] object array: the encoded sparse key of every vocabulary id."""
         if self._keys is None:
             tok = self.bundle.tokenizer
-            self._keys = [encode_key(tok.id_to_token(i) or "") for i in range(self.bundle.vocab_size)]
+            keys = [encode_key(tok.id_to_token(i) or "") for i in range(self.bundle.vocab_size)]
+            self._keys = np.array(keys, dtype=object)
         return self._keys
 
     def encode(self, text: str, instruction: str | None = None) -> EncodedQuery:
@@ -173,6 +205,10 @@ class QueryEncoder:
 
     def encode_batch(self, texts: Sequence[str], instruction: str | None = None) -> QueryBatch:
         """Encode queries.
+
+        Batches of at least ``2 x 4096`` queries with ``threads=2`` are pipelined: the
+        dense lookup of one slice runs in a worker thread (numpy releases the GIL) while
+        the next slice is tokenized. Results are identical either way.
 
         Args:
             texts: the query texts.
@@ -186,42 +222,62 @@ class QueryEncoder:
         """
         if isinstance(texts, str):
             raise QueryError("encode_batch takes a list of texts; use encode() for one text")
-        flat, lengths = self.tokenize(texts)
         table = self.table(instruction)
-        dense = bag_mean(table, flat, lengths) if len(texts) else np.empty((0, self.served_dim), np.float32)
-        sparse = self.sparse(flat, lengths)
-        splits = np.split(flat, np.cumsum(lengths)[:-1]) if len(texts) else []
-        return QueryBatch(dense, sparse, splits)
+        if self.threads > 1 and len(texts) >= 2 * _SLICE:
+            return self._encode_pipelined(texts, table)
+        flat, lengths = self.tokenize(texts)
+        return QueryBatch(bag_mean(table, flat, lengths), self.sparse(flat, lengths),
+                          RaggedIds(flat, lengths))
 
-    def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids [N] int64, lengths [n] int64); QueryError for a query without tokens."""
+    def _encode_pipelined(self, texts: Sequence[str], table: np.ndarray) -> QueryBatch:
+        n = len(texts)
+        dense = np.empty((n, self.served_dim), np.float32)
+        flats, lens, sparse = [], [], []
+        with ThreadPoolExecutor(max_workers=self.threads - 1) as pool:
+            pending = []
+            for s in range(0, n, _SLICE):
+                flat, lengths = self.tokenize(texts[s : s + _SLICE], offset=s)
+                pending.append(pool.submit(bag_mean, table, flat, lengths, out=dense[s : s + _SLICE]))
+                sparse.extend(self.sparse(flat, lengths))
+                flats.append(flat)
+                lens.append(lengths)
+            for job in pending:
+                job.result()
+        return QueryBatch(dense, sparse, RaggedIds(np.concatenate(flats), np.concatenate(lens)))
+
+    def tokenize(self, texts: Sequence[str], offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids [N] int64, lengths [n] int64); QueryError for a query without tokens.
+
+        ``offset`` is added to the query position named in the error.
+        """
         flat, lengths = self.tokenizer(texts)
         if len(lengths) and lengths.min() == 0:
             i = int(np.argmin(lengths))
             what = "is empty" if not str(texts[i]).strip() else "has no tokens after tokenization"
             raise QueryError(
-                f"query {i} ({_show(texts[i])}) {what}; LightRetriever needs at least one "
-                "non-special token to build a query vector"
+                f"query {offset + i} ({_show(texts[i])}) {what}; LightRetriever needs at least "
+                "one non-special token to build a query vector"
             )
         return flat, lengths
 
     def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> list[dict[str, float]]:
-        """{encoded key: count} per query from tokenized ids."""
+        """{encoded key: count} per query from tokenized ids (vectorised count, then dicts)."""
+        n, vocab = len(lengths), self.bundle.vocab_size
+        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         if self.config.remove_stopwords:
             if self._sparse_keep is None:
-                self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, self.bundle.vocab_size)
+                self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, vocab)
             keep = self._sparse_keep[flat]
-            owner = np.repeat(np.arange(len(lengths)), lengths)[keep]
-            flat, lengths = flat[keep], np.bincount(owner, minlength=len(lengths))
-        key = self.keys.__getitem__
-        ids = flat.tolist()
-        out: list[dict[str, float]] = []
-        start = 0
-        for length in lengths.tolist():
-            counts = Counter(ids[start : start + length])
-            out.append(dict(zip(map(key, counts), map(float, counts.values()), strict=True)))
-            start += length
-        return out
+            flat, owner = flat[keep], owner[keep]
+        pair = owner * vocab + flat  # (query, id) as one sortable int64
+        pair.sort()
+        first = np.flatnonzero(np.diff(pair, prepend=-1))  # first index of each distinct pair
+        counts = np.diff(first, append=len(pair)).astype(np.float64)
+        unique = pair[first]
+        query = unique // vocab
+        per_query = np.bincount(query, minlength=n).tolist()
+        items = zip(self.key_array[unique - query * vocab].tolist(), counts.tolist(), strict=True)
+        return [dict(islice(items, c)) for c in per_query]
 
 
 def _show(text: Any, limit: int = 60) -> str:

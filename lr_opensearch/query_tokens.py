@@ -89,19 +89,53 @@ def plain_copy(tokenizer: Any) -> Any:
     return tok
 
 
-class _ChunkCache(dict):  # type: ignore[type-arg]
-    """chunk text -> tuple of ids; a miss asks the tokenizer."""
+_SENTINEL = "\x00"  # chunk separating texts in the joined batch string; never in a fast text
 
-    def __init__(self, tokenizer: Any, limit: int):
-        super().__init__()
+
+class _ChunkStore:
+    """The word cache: chunk text -> index into ragged arrays of token ids.
+
+    Index 0 is the batch separator (no ids). Misses of a batch are tokenized together
+    (one ``encode_batch`` call, Rust threads). When the store would exceed ``limit``
+    chunks it starts afresh.
+    """
+
+    def __init__(self, tokenizer: Any, batch_encode: Any, limit: int):
         self._tok = tokenizer
-        self._limit = limit
+        self._batch_encode = batch_encode
+        self._limit = max(2, limit)
+        self._reset()
 
-    def __missing__(self, chunk: str) -> tuple[int, ...]:
-        if len(self) >= self._limit:
-            self.clear()
-        ids = self[chunk] = tuple(self._tok.encode(chunk, add_special_tokens=False).ids)
-        return ids
+    def _reset(self) -> None:
+        self.index: dict[str, int] = {_SENTINEL: 0}
+        self.starts = np.zeros(1, np.int64)
+        self.lengths = np.zeros(1, np.int64)
+        self.ids = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def lookup(self, chunks: list[str]) -> np.ndarray:
+        """[len(chunks)] int64 store indices, adding the chunks not seen yet."""
+        found = list(map(self.index.get, chunks))
+        if None in found:
+            missing = list(dict.fromkeys(c for c, i in zip(chunks, found, strict=True) if i is None))
+            if len(self.index) + len(missing) > self._limit:
+                self._reset()
+                missing = list(dict.fromkeys(c for c in chunks if c not in self.index))
+            self._add(missing)
+            found = list(map(self.index.__getitem__, chunks))
+        return np.array(found, dtype=np.int64)
+
+    def _add(self, chunks: list[str]) -> None:
+        per_chunk = [enc.ids for enc in self._batch_encode(chunks, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, per_chunk), np.int64, count=len(per_chunk))
+        new_ids = np.fromiter(chain.from_iterable(per_chunk), np.int64, count=int(lengths.sum()))
+        first = len(self.index)
+        self.index.update(zip(chunks, range(first, first + len(chunks)), strict=True))
+        self.starts = np.concatenate([self.starts, len(self.ids) + np.cumsum(lengths) - lengths])
+        self.lengths = np.concatenate([self.lengths, lengths])
+        self.ids = np.concatenate([self.ids, new_ids])
 
 
 class QueryTokenizer:
@@ -128,11 +162,16 @@ class QueryTokenizer:
         eligible, why = word_cache_eligible(self._tok)
         self.word_cache = eligible and cache_size > 0
         logger.debug("query tokenizer: word cache %s (%s)", self.word_cache, why)
-        self._cache = _ChunkCache(self._tok, max(1, cache_size))
         added = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.content.strip()]
-        self._added = (re.compile("|".join(re.escape(a) for a in sorted(added, key=len, reverse=True)),
-                                  re.IGNORECASE) if added else None)
+        patterns = [_SPLIT_MISMATCH.pattern, re.escape(_SENTINEL)]
+        patterns += [re.escape(a) for a in sorted(added, key=len, reverse=True)]
+        # texts matching this go through the tokenizer instead of the word cache
+        self._slow_re = re.compile("|".join(patterns), re.IGNORECASE)
+        # a batch without any of these characters has no such text (checked with `in`)
+        self._triggers = sorted(set("\x0b\x0c\x1c\x1d\x1e\x1f\x85" + _SENTINEL)
+                                | {a[0].lower() for a in added} | {a[0].upper() for a in added})
         self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        self._cache = _ChunkStore(self._tok, self._batch, cache_size)
         self._warned: set[str] = set()
 
     def _warn_once(self, what: str, message: str, *args: object) -> None:
@@ -140,36 +179,62 @@ class QueryTokenizer:
             self._warned.add(what)
             logger.warning(message, *args)
 
-    def _cut(self, text: str) -> str:
-        if len(text) > self.max_chars:
+    def _cut(self, texts: Sequence[str]) -> list[str]:
+        texts = list(texts)
+        if texts and max(map(len, texts)) > self.max_chars:
+            longest = max(map(len, texts))
             self._warn_once("chars", "query of %d characters cut to %d before tokenization "
                             "(max_tokens=%d x %d); further cuts are not logged",
-                            len(text), self.max_chars, self.max_tokens, CHARS_PER_TOKEN_CAP)
-            return text[: self.max_chars]
-        return text
+                            longest, self.max_chars, self.max_tokens, CHARS_PER_TOKEN_CAP)
+            texts = [t[: self.max_chars] for t in texts]
+        return texts
 
-    def _fast_ok(self, text: str) -> bool:
-        return not _SPLIT_MISMATCH.search(text) and not (self._added and self._added.search(text))
+    def _tokenizer_path(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        per_text = [enc.ids for enc in self._batch(list(texts), add_special_tokens=False)]
+        lengths = np.fromiter(map(len, per_text), dtype=np.int64, count=len(per_text))
+        flat = np.fromiter(chain.from_iterable(per_text), dtype=np.int64, count=int(lengths.sum()))
+        return flat, lengths
 
-    def raw_ids(self, texts: Sequence[str]) -> list[Sequence[int]]:
-        """Token ids per text as the tokenizer gives them (no special tokens added)."""
-        texts = [self._cut(t) for t in texts]
-        out: list[Sequence[int]] = [()] * len(texts)
+    def _word_path(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts in one string, split once, chunks looked up, ids gathered (no per-text loop)."""
+        if not texts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        joined = f" {_SENTINEL} ".join(texts) + f" {_SENTINEL}"
+        store = self._cache
+        chunk = store.lookup(joined.split())
+        chunk_len = store.lengths[chunk]
+        ends = np.cumsum(chunk_len)
+        flat = store.ids[np.repeat(store.starts[chunk] - (ends - chunk_len), chunk_len)
+                         + np.arange(int(ends[-1]))]
+        lengths = np.diff(ends[chunk == 0], prepend=0)  # tokens up to each separator
+        return flat, lengths
+
+    def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids as the tokenizer gives them (no special tokens added, none removed).
+
+        Returns:
+            ``flat`` [N] int64 and ``lengths`` [n] int64.
+        """
+        texts = self._cut(texts)
+        if not self.word_cache:
+            return self._tokenizer_path(texts)
         slow: list[int] = []
-        if self.word_cache:
-            get = self._cache.__getitem__
-            for i, text in enumerate(texts):
-                if self._fast_ok(text):
-                    out[i] = tuple(chain.from_iterable(map(get, text.split())))
-                else:
-                    slow.append(i)
-        else:
-            slow = list(range(len(texts)))
-        if slow:
-            encodings = self._batch([texts[i] for i in slow], add_special_tokens=False)
-            for i, enc in zip(slow, encodings, strict=True):
-                out[i] = enc.ids
-        return out
+        whole = "".join(texts)
+        if any(c in whole for c in self._triggers) and self._slow_re.search(whole):
+            slow = [i for i, t in enumerate(texts) if self._slow_re.search(t)]
+        if not slow:
+            return self._word_path(texts)
+        fast_texts = list(texts)
+        for i in slow:
+            fast_texts[i] = ""
+        flat, lengths = self._word_path(fast_texts)
+        slow_flat, slow_lengths = self._tokenizer_path([texts[i] for i in slow])
+        return _merge(flat, lengths, slow_flat, slow_lengths, np.asarray(slow, dtype=np.int64))
+
+    def raw_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text as the tokenizer gives them (no special tokens added)."""
+        flat, lengths = self.ids(texts)
+        return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])] if len(texts) else []
 
     def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Tokenize a batch.
@@ -178,13 +243,10 @@ class QueryTokenizer:
             ``flat`` [N] int64 ids of all queries back to back, and ``lengths`` [n] int64
             tokens per query (0 when a text has no tokens).
         """
-        per_query = self.raw_ids(texts)
-        n = len(per_query)
-        lengths = np.fromiter(map(len, per_query), dtype=np.int64, count=n)
-        flat = np.fromiter(chain.from_iterable(per_query), dtype=np.int64, count=int(lengths.sum()))
+        flat, lengths = self.ids(texts)
         inside = flat < self._vocab_size
         keep = self._keep[np.where(inside, flat, 0)] & inside
-        if not keep.all() or (n and lengths.max() > self.max_tokens):
+        if not keep.all() or (len(lengths) and lengths.max() > self.max_tokens):
             flat, lengths = self._filter(flat, lengths, keep)
         return flat, lengths
 
@@ -202,3 +264,17 @@ class QueryTokenizer:
             flat, owner = flat[short], owner[short]
             lengths = np.minimum(lengths, self.max_tokens)
         return flat, lengths
+
+
+def _merge(flat: np.ndarray, lengths: np.ndarray, slow_flat: np.ndarray, slow_lengths: np.ndarray,
+           slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Put the tokenizer-path ids of the ``slow`` texts (length 0 in ``lengths``) in place."""
+    total = lengths.copy()
+    total[slow] = slow_lengths
+    out_starts = np.cumsum(total) - total
+    out = np.empty(int(total.sum()), dtype=np.int64)
+    fast_starts = np.cumsum(lengths) - lengths
+    out[np.arange(len(flat)) + np.repeat(out_starts - fast_starts, lengths)] = flat
+    slow_starts = np.cumsum(slow_lengths) - slow_lengths
+    out[np.arange(len(slow_flat)) + np.repeat(out_starts[slow] - slow_starts, slow_lengths)] = slow_flat
+    return out, total

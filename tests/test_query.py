@@ -204,3 +204,16 @@ def test_word_cache_gives_the_tokenizers_ids() -> None:
     expected = [e.ids for e in plain.encode_batch(texts, add_special_tokens=False)]
     assert [list(ids) for ids in fast.raw_ids(texts)] == expected
     assert [list(ids) for ids in fast.raw_ids(texts)] == expected  # warm cache
+
+
+def test_pipelined_batches_equal_single_thread(wp_bundle) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(3)
+    texts = [QUERIES[i] for i in rng.integers(0, len(QUERIES), 9000)]
+    one = QueryEncoder(wp_bundle, threads=1).encode_batch(texts)
+    two = QueryEncoder(wp_bundle, threads=2).encode_batch(texts)
+    np.testing.assert_array_equal(one.dense, two.dense)
+    assert one.sparse == two.sparse
+    assert all(np.array_equal(a, b) for a, b in zip(one.token_ids, two.token_ids, strict=True))
+    texts[8500] = "   "
+    with pytest.raises(QueryError, match=r"query 8500 \('   '\) is empty"):
+        QueryEncoder(wp_bundle, threads=2).encode_batch(texts)
