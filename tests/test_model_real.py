@@ -1,0 +1,59 @@
+"""The model code on the real packaged weights (MiniLM; SmolLM2 from GGUF is slow)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from lr_opensearch.build import packaged_model_dir
+from lr_opensearch.model import LightRetrieverModel, instruction_ids, tokenize_texts
+from lr_opensearch.model.framing import plain_tokenizer
+
+
+def _encode(model: LightRetrieverModel, tok: Tokenizer, texts: list[str]) -> torch.Tensor:
+    rows, _ = tokenize_texts(tok, texts, model.framing, 256)
+    length = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for n, r in enumerate(rows):
+        ids[n, : len(r)], mask[n, : len(r)] = torch.tensor(r), 1
+    with torch.inference_mode():
+        return model.encode_documents(ids, mask).dense
+
+
+def test_packaged_minilm_matches_the_published_model() -> None:
+    """Mean pooling + normalisation as sentence-transformers: cosine 0.7553 (MODELS.md)."""
+    model_dir = packaged_model_dir()
+    model = LightRetrieverModel.from_pretrained(model_dir, normalize=None).eval()
+    assert (model.kind, model.pooling, model.normalize, model.head.kind) == (
+        "encoder", "mean", True, "tied")
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    dense = _encode(model, tok, ["A man is eating food.", "A man is eating a piece of bread."])
+    assert float(dense[0] @ dense[1]) == pytest.approx(0.7553, abs=2e-4)
+
+
+@pytest.mark.slow
+def test_smollm2_decoder_query_forward_and_table() -> None:
+    """SmolLM2-135M (Llama, from GGUF): block-masked pass == independent passes == table rows."""
+    from lr_opensearch.model import convert_gguf
+
+    model_dir = convert_gguf()
+    model = LightRetrieverModel.from_pretrained(model_dir).eval()
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    assert (model.kind, model.pooling, model.head.kind) == ("decoder", "last", "lm")
+    instr = instruction_ids(tok, "Instruct: Given a web search query, retrieve relevant passages\nQuery: ")
+    tokens = plain_tokenizer(tok).encode("capital of France", add_special_tokens=False).ids
+    with torch.inference_mode():
+        packed = model.encode_token_blocks(instr, [tokens])[0]
+        table = model.token_table(instr, 48, batch_size=48, tokens_per_sequence=24, progress=False)
+
+        def alone(t: int) -> torch.Tensor:
+            x = torch.tensor([model.framing.frame([*instr, t])[0]])
+            return model.encode_documents(x, torch.ones_like(x)).dense[0]
+
+        diffs = [float((packed[k] - alone(t)).abs().max()) for k, t in enumerate(tokens)]
+        diffs += [float((table[t] - alone(t)).abs().max()) for t in (0, 7, 30, 47)]
+    scale = float(packed.abs().max())
+    print(f"\nSmolLM2: max |packed or table - independent| = {max(diffs):.2e} (values up to {scale:.1f})")
+    assert max(diffs) < 1e-4 * max(1.0, scale)
