@@ -3,8 +3,10 @@ bad input reported line by line, bundle mismatch refused, stdin, the worker spli
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -179,14 +181,17 @@ def test_an_index_of_another_bundle_is_refused_with_nothing_written(
     assert os_client.count(index=index_name)["count"] == 12
 
 
-def test_stdin_and_the_local_launcher(tiny: Path, os_client: Any, opensearch_url: str,
-                                      index_name: str, tmp_path: Path) -> None:
+def test_stdin_and_the_local_launcher(tiny: Path, encoder: Any, os_client: Any,
+                                      opensearch_url: str, index_name: str, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     docs = read_corpus(data_dir() / "adi" / "corpus.jsonl.gz")
-    payload = b"".join((json.dumps(d) + "\n").encode() for d in docs[:20])
-    proc = ingest_cli(["-", "--bundle", str(tiny), "--index", index_name, "--url", opensearch_url,
-                       "--state-dir", str(tmp_path / "s"), "--no-progress"], stdin=payload)
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert b"indexed 20" in proc.stdout
+    payload = b"".join((json.dumps(d) + "\n").encode() for d in docs[:20]) + b"{bad\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(payload)))
+    summary = run(ingest_config("-", tiny, index_name, opensearch_url, tmp_path / "s"),
+                  encoder=encoder)
+    c = summary.counts
+    assert summary.complete and summary.checkpoint is None
+    assert (c.read, c.indexed, c.skipped) == (21, 20, 1)
     assert os_client.count(index=index_name)["count"] == 20
     # the whole corpus with 2 local worker processes: every id exactly once
     corpus = write_jsonl(tmp_path / "adi.jsonl", docs)
