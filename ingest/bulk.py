@@ -169,8 +169,11 @@ def _begin_load(client: Any, config: IngestConfig, ck: CheckpointFile | None,
 
 def _end_load(client: Any, config: IngestConfig, ck: CheckpointFile | None,
               state: CheckpointState) -> None:
-    if config.bulk_settings.enabled:
-        restore_settings(client, config.index, state.original_settings, config.bulk_settings)
+    wanted = config.bulk_settings
+    if wanted.enabled:
+        restore_settings(client, config.index, state.original_settings, wanted)
+    elif wanted.refresh_interval is not None or wanted.replicas is not None:
+        restore_settings(client, config.index, current_settings(client, config.index), wanted)
     final_refresh(client, config.index)
     state.complete = True
     if ck is not None:

@@ -108,7 +108,7 @@ class CheckpointKey:
 class CheckpointState:
     """The content of a checkpoint file."""
 
-    key: CheckpointKey
+    key: CheckpointKey | None
     line: int = 0
     offset: int = 0
     counts: Counts = field(default_factory=Counts)
@@ -117,7 +117,8 @@ class CheckpointState:
     dead_letter: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "key": asdict(self.key), "line": self.line,
+        key = asdict(self.key) if self.key is not None else None
+        return {"format": FORMAT, "version": VERSION, "key": key, "line": self.line,
                 "offset": self.offset, "counts": asdict(self.counts), "complete": self.complete,
                 "original_settings": self.original_settings, "dead_letter": self.dead_letter,
                 "updated": time.time()}

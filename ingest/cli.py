@@ -118,3 +118,24 @@ def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) 
                                              encoding="utf-8")
     if not quiet or summary.counts.failed or summary.counts.skipped:
         print(summary.format_text(), flush=True)
+
+
+def register(subparsers: Any) -> None:
+    """``lr ingest ...``: the same options as ``python -m ingest.bulk``."""
+    p = subparsers.add_parser(
+        "ingest", help="ingest a corpus into a LightRetriever index (resumable)",
+        description="Ingest a BEIR-form corpus into a LightRetriever index (dense + sparse "
+        "fields), resumably.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=_run_from_lr)
+
+
+def _run_from_lr(args: argparse.Namespace) -> int:
+    from .bulk import exit_code, run
+
+    if not args.verbose:
+        logging.getLogger("opensearch").setLevel(logging.WARNING)
+    config = config_from_args(args)
+    summary = run(config)
+    write_summary(summary, config, quiet=args.quiet)
+    return exit_code(summary)

@@ -256,3 +256,25 @@ def test_config_validation() -> None:
         IngestConfig(corpus="c", bundle="b", index="Bad")
     with pytest.raises(ConfigError, match="sort_window"):
         IngestConfig(corpus="c", bundle="b", index="i", batch_size=64, sort_window=8)
+
+
+def test_cli_arguments_become_a_config_and_lr_ingest_registers() -> None:
+    import argparse
+
+    from ingest import cli
+
+    args = cli.parse_args(["c.jsonl", "--bundle", "b", "--index", "idx", "--workers", "3",
+                           "--worker-id", "2", "--replicas", "1", "-q"])
+    config = cli.config_from_args(args)
+    assert config.split == (2, 3) and not config.progress
+    # a worker of several does not touch the index settings unless asked to
+    assert not config.bulk_settings.enabled and config.bulk_settings.replicas == 1
+    single = cli.config_from_args(cli.parse_args(["c.jsonl", "--bundle", "b", "--index", "idx"]))
+    assert single.bulk_settings.enabled and single.split == (0, 1)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command"))
+    lr_args = parser.parse_args(["ingest", "c.jsonl", "--bundle", "b", "--index", "idx"])
+    assert lr_args.func is not None and cli.config_from_args(lr_args).index == "idx"
+    with pytest.raises(ConfigError):
+        cli.config_from_args(cli.parse_args(["c", "--bundle", "b", "--index", "i",
+                                             "--worker-id", "1"]))
