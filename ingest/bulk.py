@@ -202,21 +202,25 @@ def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Any, ck: Chec
     reader = CorpusReader(config.corpus, worker=config.split, resume_line=state.line,
                           resume_offset=state.offset)
     t0 = time.perf_counter()
-    with Progress(config, reader, initial_line=state.line) as progress:
-        for item in reader:
-            if isinstance(item, Foreign):
-                wm.passed(item.line, item.end_offset)
-            elif isinstance(item, Rejection):
-                wm.register(item.line, item.end_offset, SKIPPED, reason=item.reason)
-                dl.add(line=item.line, doc_id=item.id, kind=SKIPPED, reason=item.reason,
-                       message=item.message, excerpt=item.excerpt)
-            else:
-                wm.register(item.line, item.end_offset)
-                pipeline.add(item)
-            progress.update(pipeline.encoded)
-        pipeline.finish()
-        writer.close()
-        progress.update(pipeline.encoded, force=True)
+    try:
+        with Progress(config, reader, initial_line=state.line) as progress:
+            for item in reader:
+                if isinstance(item, Foreign):
+                    wm.passed(item.line, item.end_offset)
+                elif isinstance(item, Rejection):
+                    wm.register(item.line, item.end_offset, SKIPPED, reason=item.reason)
+                    dl.add(line=item.line, doc_id=item.id, kind=SKIPPED, reason=item.reason,
+                           message=item.message, excerpt=item.excerpt)
+                else:
+                    wm.register(item.line, item.end_offset)
+                    pipeline.add(item)
+                progress.update(pipeline.encoded)
+            pipeline.finish()
+            writer.close()
+            progress.update(pipeline.encoded, force=True)
+    except BaseException:
+        writer.abort()  # no writes after run() has failed
+        raise
     wm.advance()
     dl.sync()
     state.line, state.offset, state.counts = wm.snapshot()

@@ -104,6 +104,7 @@ class BulkWriter:
         self._rng = random.Random(seed)
         self._thread = threading.Thread(target=self._loop, name="lr-bulk-writer", daemon=True)
         self.error: BaseException | None = None
+        self._aborted = False
         self.write_s = 0.0
         self.retries = 0
         self.sent = 0
@@ -139,6 +140,21 @@ class BulkWriter:
         self._thread.join()
         self._raise_if_failed()
 
+    def abort(self, timeout: float = 30.0) -> None:
+        """Stop without sending what is still queued (the run failed elsewhere); the
+        checkpoint stays at the last acknowledged chunk, so nothing is lost on resume."""
+        self._aborted = True
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        try:
+            self._queue.put_nowait(_STOP)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
     def _raise_if_failed(self) -> None:
         if self.error is not None:
             if isinstance(self.error, IngestError):
@@ -148,9 +164,10 @@ class BulkWriter:
 
     def _loop(self) -> None:
         try:
-            while (chunk := self._queue.get()) is not _STOP:
+            while (chunk := self._queue.get()) is not _STOP and not self._aborted:
                 self.write_chunk(chunk)
-                self.on_chunk_done()
+                if not self._aborted:
+                    self.on_chunk_done()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             self.error = exc
             logger.debug("bulk writer failed", exc_info=True)
@@ -193,7 +210,7 @@ class BulkWriter:
         actions = ({"_op_type": "index", "_index": self.index, "_id": d.id, "_source": d.source}
                    for d in docs)
         t0 = time.perf_counter()
-        results = []
+        results: list[tuple[bool, dict[str, Any]]] = []
         for ok, item in helpers.streaming_bulk(
                 self.client, actions, chunk_size=len(docs), max_chunk_bytes=self.max_chunk_bytes,
                 raise_on_error=False, raise_on_exception=False, max_retries=0, yield_ok=True):
@@ -203,4 +220,7 @@ class BulkWriter:
         if len(results) != len(docs):  # internal invariant of the helper
             raise IngestError(f"bulk helper answered {len(results)} items for {len(docs)} documents")
         self.sent += len(docs)
+        for d, (_, info) in zip(docs, results, strict=True):
+            if info.get("_id", d.id) != d.id:  # internal invariant: answers follow the request
+                raise IngestError(f"bulk answer for {info.get('_id')!r} where {d.id!r} was sent")
         return [(d, ok, info) for d, (ok, info) in zip(docs, results, strict=True)]
