@@ -16,6 +16,7 @@ The library entry is ``run(IngestConfig) -> IngestSummary``; ``main`` only parse
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -130,6 +131,13 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
     client = client if client is not None else connect(config)
     ensure_index(client, config.index, bundle)
     ck = checkpoint_file(config, bundle.bundle_id)
+    with ck.exclusive() if ck is not None else contextlib.nullcontext():
+        return _ingest(config, client, encoder, bundle, ck, started)
+
+
+def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Any,
+            ck: CheckpointFile | None, started: float) -> IngestSummary:
+    """``run`` once the index is checked and the checkpoint locked."""
     state = load_state(config, ck)
     summary = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
                             resumed_from_line=state.line, checkpoint=str(ck.path) if ck else None)

@@ -14,6 +14,8 @@ at any moment leaves either the old or the new checkpoint, never a torn one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -21,6 +23,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +169,29 @@ class CheckpointFile:
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold an exclusive lock on this checkpoint for the duration of a run.
+
+        The lock (``flock`` on a ``.lock`` file) dies with its process, so a killed run never
+        blocks its rerun; two live runs of the same command cannot interleave.
+
+        Raises:
+            IngestError: another live process is running this ingest.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a+") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                raise IngestError(f"another ingest process is already running with checkpoint "
+                                  f"{self.path} (same corpus, index, bundle and split); wait "
+                                  "for it or stop it") from exc
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass

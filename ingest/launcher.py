@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,7 @@ def launch(config: IngestConfig) -> IngestSummary:
         ConfigError: reading stdin (workers need a file they can all read).
         IngestError: a worker failed (the others finish; rerun the command to resume).
     """
-    from .bulk import _begin_load, _end_load, checkpoint_file, connect, load_state
+    from .bulk import checkpoint_file, connect
     from .index_setup import ensure_index
 
     if config.is_stdin:
@@ -98,6 +99,14 @@ def launch(config: IngestConfig) -> IngestSummary:
     client = connect(config)
     ensure_index(client, config.index, bundle)
     ck = _launcher_checkpoint(config, bundle.bundle_id, checkpoint_file)
+    with ck.exclusive():
+        return _launch_locked(config, client, bundle, ck, started)
+
+
+def _launch_locked(config: IngestConfig, client: Any, bundle: Any, ck: CheckpointFile,
+                   started: float) -> IngestSummary:
+    from .bulk import _begin_load, _end_load, checkpoint_file, load_state
+
     state = load_state(config, ck)
     if config.bulk_settings.enabled and not state.complete:
         _begin_load(client, config, ck, state)
@@ -135,7 +144,8 @@ def _run_workers(config: IngestConfig, bundle_id: str, tmp: Path,
     for k in range(config.workers):
         path = tmp / f"summary-{k}.json"
         paths.append(path)
-        procs.append(subprocess.Popen(worker_argv(config, k, path), env=env))
+        procs.append(subprocess.Popen(worker_argv(config, k, path), env=env,
+                                      preexec_fn=_die_with_parent))
         logger.info("started worker %d/%d (pid %d)", k, config.workers, procs[-1].pid)
     ckpts = [checkpoint_file(dataclasses.replace(config, worker_id=k), bundle_id)
              for k in range(config.workers)]
@@ -157,6 +167,18 @@ def _run_workers(config: IngestConfig, bundle_id: str, tmp: Path,
         raise IngestError(f"worker(s) {failed} (id, exit status) failed; the others finished. "
                           "Rerun the same command to resume: finished workers skip their part.")
     return [IngestSummary.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in paths]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the launcher dies (Linux), so a killed
+    launcher leaves no orphan workers racing the ones its rerun starts."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def _indexed(ck: CheckpointFile) -> int:

@@ -278,3 +278,15 @@ def test_cli_arguments_become_a_config_and_lr_ingest_registers() -> None:
     with pytest.raises(ConfigError):
         cli.config_from_args(cli.parse_args(["c", "--bundle", "b", "--index", "i",
                                              "--worker-id", "1"]))
+
+
+def test_one_live_run_per_checkpoint(tmp_path: Path) -> None:
+    corpus = write_lines(tmp_path / "c.jsonl", [jl(GOOD[0])])
+    key = CheckpointKey.for_run(str(corpus), "idx", "b", 0, 1)
+    ck = CheckpointFile(tmp_path / "state" / f"{key.stem()}.json", key)
+    with ck.exclusive():
+        with pytest.raises(IngestError, match="already running"):
+            with CheckpointFile(ck.path, key).exclusive():
+                pass
+    with ck.exclusive():  # released after the first run
+        pass
