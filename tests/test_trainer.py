@@ -245,10 +245,9 @@ def test_wall_clock_budget_stops_and_checkpoints(bert_dir, records, tmp_path):
 
 def _export_matches(model_dir: Path, records: Path, tmp_path: Path, instruction: str | None,
                     **extra: object) -> None:
-    from lr_opensearch.query import QueryEncoder
-
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.model import DocEncoder
+    from lr_opensearch.query import QueryEncoder
     from trainer.export import export_model
 
     instructions = f"{{default: '{instruction or ''}'}}"

@@ -143,13 +143,14 @@ def load_optimizer(ckpt: str | Path, model: torch.nn.Module, optimizer: torch.op
         name, _, field = key.partition("::")
         per_param.setdefault(name, {})[field] = value
     order = [n for g in optimizer.param_groups for n in _names(g["params"], params)]
-    sd = {"state": {i: per_param[n] for i, n in enumerate(order) if n in per_param},
-          "param_groups": []}
+    groups: list[dict[str, Any]] = []
+    sd: dict[str, Any] = {"state": {i: per_param[n] for i, n in enumerate(order) if n in per_param},
+                          "param_groups": groups}
     start = 0
     for saved_group, group in zip(state["param_groups"], optimizer.param_groups, strict=True):
         ids = list(range(start, start + len(group["params"])))
         start += len(ids)
-        sd["param_groups"].append({**saved_group, "params": ids})
+        groups.append({**saved_group, "params": ids})
     optimizer.load_state_dict(sd)
     return int(state["step"])
 

@@ -253,7 +253,7 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
     if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
+        if isinstance(value, typing.cast(type, hint)):
             return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")

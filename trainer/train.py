@@ -129,7 +129,7 @@ class TrainForward(nn.Module):
 
     def __init__(self, model: nn.Module, symmetric: str):
         super().__init__()
-        self.model = model
+        self.model: Any = model
         self.symmetric = symmetric
 
     def query_dense(self, batch: Batch) -> torch.Tensor:
@@ -138,8 +138,8 @@ class TrainForward(nn.Module):
         for i, prompt in enumerate(batch.prompts):
             groups[tuple(prompt)].append(i)
         parts, order = [], []
-        for prompt, rows in groups.items():
-            parts.append(self.model.encode_query_dense(list(prompt), [batch.query_tokens[i] for i in rows]))
+        for shared, rows in groups.items():
+            parts.append(self.model.encode_query_dense(list(shared), [batch.query_tokens[i] for i in rows]))
             order.extend(rows)
         stacked = torch.cat(parts) if len(parts) > 1 else parts[0]
         return stacked[torch.argsort(torch.tensor(order, device=stacked.device))]
@@ -184,6 +184,7 @@ class Trainer:
             torch.set_num_threads(config.run.threads)
         torch.manual_seed(config.run.seed)
         self.out = Path(config.run.output_dir)
+        self.model: Any
         self.model, self.tokenizer = build_model(config)
         self.model.train()
         self.objective = Objective(config.loss, normalize=bool(self.model.normalize))
@@ -198,17 +199,19 @@ class Trainer:
                                            weight_decay=config.optim.weight_decay)
         symmetric = ("train" if config.loss.symmetric_weight > 0
                      else "teacher" if self.objective.needs_symmetric else "off")
-        self.forward: nn.Module = TrainForward(self.model, symmetric)
+        self.forward: Any = TrainForward(self.model, symmetric)
         if self.world > 1:
             self.forward = nn.parallel.DistributedDataParallel(
                 self.forward, find_unused_parameters=not config.lora.enabled)
         self.step = 0
+        self._resumed = False
 
     def maybe_resume(self) -> None:
         """Continue from the newest checkpoint of ``output_dir`` (if resume is on)."""
         dirs = checkpoint_dirs(self.out)
-        if not (self.config.run.resume and dirs):
+        if not (self.config.run.resume and dirs) or self._resumed:
             return
+        self._resumed = True
         load_weights(dirs[-1], self.model)
         self.step = load_optimizer(dirs[-1], self.model, self.optimizer)
         logger.info("resumed from %s at step %d", dirs[-1], self.step)
