@@ -96,6 +96,7 @@ def load_state(config: IngestConfig, ck: CheckpointFile | None) -> CheckpointSta
         logger.info("--restart: ignoring the checkpoint at line %d of %s", saved.line, config.corpus)
         if not saved.complete:  # the load settings of the killed run are still on the index
             fresh.original_settings = saved.original_settings
+        ck.save(fresh)  # before the dead-letter file is emptied: the two must agree
     _warn_stale_checkpoints(ck)
     return fresh
 
