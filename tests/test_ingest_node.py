@@ -155,6 +155,12 @@ def test_bad_input_is_reported_line_by_line_and_nothing_good_is_lost(
     stored = os_client.get(index=index_name, id="huge")["_source"]
     assert len(stored["text"]) == len(huge) and stored["lr_dense"] and stored["lr_sparse"]
     assert os_client.get(index=index_name, id="meta-num")["_source"]["metadata"] == {"year": 1999}
+    # --restart goes through everything again: same counts, same dead letters, no doubles
+    again = run(ingest_config(corpus, tiny, index_name, opensearch_url, tmp_path / "state",
+                              dead_letter=dead, restart=True), encoder=encoder)
+    assert again.docs_this_run == 34 and again.counts == summary.counts
+    assert sorted(json.loads(x)["line"] for x in dead.read_text().splitlines()) == sorted(entries)
+    assert sorted(index_ids(os_client, index_name)) == sorted(ids)
 
 
 def test_an_index_of_another_bundle_is_refused_with_nothing_written(
