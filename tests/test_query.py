@@ -217,3 +217,21 @@ def test_pipelined_batches_equal_single_thread(wp_bundle) -> None:  # noqa: ANN0
     texts[8500] = "   "
     with pytest.raises(QueryError, match=r"query 8500 \('   '\) is empty"):
         QueryEncoder(wp_bundle, threads=2).encode_batch(texts)
+
+
+@pytest.mark.slow
+def test_packaged_minilm_bundle_encodes_every_data_query(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A bundle built from the packaged all-MiniLM-L6-v2 encodes all of ../shared/data."""
+    from lr_opensearch.build import build_bundle
+
+    texts = _data_queries()
+    assert len(texts) > 1000, f"expected the shared collections under {DATA}"
+    bundle = load_bundle(build_bundle(None, tmp_path_factory.mktemp("minilm") / "b", progress=False))
+    encoder = QueryEncoder(bundle)
+    batch = encoder.encode_batch(texts)
+    assert batch.dense.shape == (len(texts), 384) and np.isfinite(batch.dense).all()
+    assert all(batch.sparse) and not np.allclose(batch.dense[0], batch.dense[1])
+    for i in range(0, len(texts), 97):  # spot checks against the hand computation
+        ids, dense, sparse = _reference(bundle, texts[i])
+        assert batch.token_ids[i].tolist() == ids and batch.sparse[i] == sparse
+        np.testing.assert_allclose(batch.dense[i], dense, rtol=1e-5, atol=1e-6)
