@@ -211,6 +211,7 @@ def full_forward(bundle: Any, texts: list[str], batch: int) -> dict[str, Any]:
     lengths = [len(e.ids) for e in tok.encode_batch(texts)]
     texts = [texts[i] for i in np.argsort(lengths, kind="stable")]
     t_tok = t_fwd = 0.0
+    cpu0 = time.process_time()
     with torch.inference_mode():
         warm = tok.encode_batch(texts[:8])
         model(input_ids=torch.tensor([e.ids for e in warm]),
@@ -234,7 +235,8 @@ def full_forward(bundle: Any, texts: list[str], batch: int) -> dict[str, Any]:
             t_tok += t1 - t0
     n = len(texts)
     return {"n": n, "batch": batch, "tokenize_qps": n / t_tok, "forward_qps": n / t_fwd,
-            "total_qps": n / (t_tok + t_fwd)}
+            "total_qps": n / (t_tok + t_fwd), "cpu_us_per_query": 1e6 * (time.process_time() - cpu0) / n,
+            "tokens_per_query": float(np.mean(lengths))}
 
 
 # ----------------------------------------------------------------------- driver
@@ -319,7 +321,8 @@ def report(res: dict[str, Any]) -> None:
           f"{last['peak_rss_mb']:.0f} MB while benchmarking {q['n']}-query batches; "
           f"torch/transformers loaded: {q['heavy_modules_loaded'] or 'no'}")
     print(f"(b) full forward ({fwd['n']} queries, batch {fwd['batch']}, 2 threads): tokenize "
-          f"{fwd['tokenize_qps']:,.0f} q/s, forward {fwd['forward_qps']:,.0f} q/s, total {fwd['total_qps']:,.0f} q/s")
+          f"{fwd['tokenize_qps']:,.0f} q/s, forward {fwd['forward_qps']:,.0f} q/s, total {fwd['total_qps']:,.0f} q/s "
+          f"({fwd['cpu_us_per_query']:,.0f} cpu-us/q, {fwd['tokens_per_query']:.1f} tokens/query)")
     gbps = eb["gathered_bytes_per_query"] / 1e9
     print(f"(c) same ids, rounds interleaved: torch embedding_bag mean 1 thread {eb['threads1']['qps']:,.0f} q/s "
           f"({eb['threads1']['qps'] * gbps:.1f} GB/s of rows), 2 threads {eb['threads2']['qps']:,.0f} q/s; "

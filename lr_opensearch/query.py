@@ -160,7 +160,7 @@ class QueryEncoder:
 
     def __init__(self, bundle: Bundle, instruction: str | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, *, table_dtype: str = "auto",
-                 cache_size: int = 1 << 20, threads: int = 2):
+                 cache_size: int = 1 << 18, threads: int = 2):
         if table_dtype not in ("auto", "float32", "float16"):
             raise QueryError(f"table_dtype={table_dtype!r}; choose 'auto', 'float32' or 'float16'")
         self.bundle = bundle

@@ -14,8 +14,9 @@ with the special tokens removed:
   costs one dict lookup instead of a trip through the Rust pipeline. A text falls back
   to the tokenizer when it contains an added token's text (``[CLS]`` ...) or one of the
   characters Python's ``str.split`` treats as whitespace while the BERT normaliser
-  deletes them (``\\x0b \\x0c \\x1c-\\x1f \\x85``). The cache is cleared when it reaches
-  ``cache_size`` entries.
+  deletes them (``\\x0b \\x0c \\x1c-\\x1f \\x85``). The cache starts afresh when it would
+  exceed ``cache_size`` chunks (default 262,144: a few tens of MB at most). It is
+  thread-safe.
 * **tokenizer**: everything else (byte-level BPE, SentencePiece ...) goes through
   ``Tokenizer.encode_batch_fast`` (no offsets), with padding and truncation disabled, so
   the Rust thread pool tokenizes the batch in parallel.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from itertools import chain
 from typing import Any
@@ -150,7 +152,7 @@ class QueryTokenizer:
     """
 
     def __init__(self, tokenizer: Any, special_ids: Sequence[int], vocab_size: int,
-                 max_tokens: int = 512, cache_size: int = 1 << 20):
+                 max_tokens: int = 512, cache_size: int = 1 << 18):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self._tok = plain_copy(tokenizer)
@@ -172,6 +174,7 @@ class QueryTokenizer:
                                 | {a[0].lower() for a in added} | {a[0].upper() for a in added})
         self._batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         self._cache = _ChunkStore(self._tok, self._batch, cache_size)
+        self._lock = threading.Lock()
         self._warned: set[str] = set()
 
     def _warn_once(self, what: str, message: str, *args: object) -> None:
@@ -200,12 +203,13 @@ class QueryTokenizer:
         if not texts:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         joined = f" {_SENTINEL} ".join(texts) + f" {_SENTINEL}"
-        store = self._cache
-        chunk = store.lookup(joined.split())
-        chunk_len = store.lengths[chunk]
+        chunks = joined.split()
+        with self._lock:  # the store's arrays are replaced when it grows: read a consistent set
+            chunk = self._cache.lookup(chunks)
+            starts, store_lengths, store_ids = self._cache.starts, self._cache.lengths, self._cache.ids
+        chunk_len = store_lengths[chunk]
         ends = np.cumsum(chunk_len)
-        flat = store.ids[np.repeat(store.starts[chunk] - (ends - chunk_len), chunk_len)
-                         + np.arange(int(ends[-1]))]
+        flat = store_ids[np.repeat(starts[chunk] - (ends - chunk_len), chunk_len) + np.arange(int(ends[-1]))]
         lengths = np.diff(ends[chunk == 0], prepend=0)  # tokens up to each separator
         return flat, lengths
 

@@ -235,3 +235,17 @@ def test_packaged_minilm_bundle_encodes_every_data_query(tmp_path_factory: pytes
         ids, dense, sparse = _reference(bundle, texts[i])
         assert batch.token_ids[i].tolist() == ids and batch.sparse[i] == sparse
         np.testing.assert_allclose(batch.dense[i], dense, rtol=1e-5, atol=1e-6)
+
+
+def test_word_cache_reset_and_threads_keep_ids_exact(wp_bundle) -> None:  # noqa: ANN001
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"{q} w{i % 50}" for i, q in enumerate(QUERIES * 40)]
+    expected = QueryEncoder(wp_bundle, cache_size=0).encode_batch(texts)
+    small = QueryEncoder(wp_bundle, cache_size=8, threads=1)  # resets many times
+    assert small.tokenizer.word_cache
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda k: small.encode_batch(texts[k::4]), range(4)))
+    for k, got in enumerate(results):
+        np.testing.assert_array_equal(got.dense, expected.dense[k::4])
+        assert got.sparse == expected.sparse[k::4]
