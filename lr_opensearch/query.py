@@ -22,6 +22,7 @@ cut is logged once). The dense vector is therefore always finite.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -200,8 +201,24 @@ class QueryEncoder:
         return self._keys
 
     def encode(self, text: str, instruction: str | None = None) -> EncodedQuery:
-        """Encode one query (see :meth:`encode_batch`)."""
-        return self.encode_batch([text], instruction)[0]
+        """Encode one query (same result as :meth:`encode_batch`, lower latency).
+
+        When every word of the text is in the word cache, this skips the batch machinery:
+        the rows are summed in position order (as in :func:`bag_mean`), so the vector is
+        bitwise the one a batch gives.
+        """
+        ids = self.tokenizer.one(text)
+        if ids is None:
+            return self.encode_batch([text], instruction)[0]
+        if len(ids) == 0:
+            raise _no_tokens(0, text)
+        rows = self.table(instruction)[ids]
+        if rows.dtype != np.float32:
+            rows = rows.astype(np.float32)
+        dense = np.add.reduce(rows, axis=0) / np.float32(len(ids))  # row by row, in order
+        key: Any = self.key_array
+        counts = Counter(ids.tolist())
+        return EncodedQuery(dense, {key[i]: float(c) for i, c in counts.items()}, ids)
 
     def encode_batch(self, texts: Sequence[str], instruction: str | None = None) -> QueryBatch:
         """Encode queries.
@@ -253,11 +270,7 @@ class QueryEncoder:
         flat, lengths = self.tokenizer(texts)
         if len(lengths) and lengths.min() == 0:
             i = int(np.argmin(lengths))
-            what = "is empty" if not str(texts[i]).strip() else "has no tokens after tokenization"
-            raise QueryError(
-                f"query {offset + i} ({_show(texts[i])}) {what}; LightRetriever needs at least "
-                "one non-special token to build a query vector"
-            )
+            raise _no_tokens(offset + i, texts[i])
         return flat, lengths
 
     def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> list[dict[str, float]]:
@@ -278,6 +291,12 @@ class QueryEncoder:
         per_query = np.bincount(query, minlength=n).tolist()
         items = zip(self.key_array[unique - query * vocab].tolist(), counts.tolist(), strict=True)
         return [dict(islice(items, c)) for c in per_query]
+
+
+def _no_tokens(position: int, text: Any) -> QueryError:
+    what = "is empty" if not str(text).strip() else "has no tokens after tokenization"
+    return QueryError(f"query {position} ({_show(text)}) {what}; LightRetriever needs at least one "
+                      "non-special token to build a query vector")
 
 
 def _show(text: Any, limit: int = 60) -> str:

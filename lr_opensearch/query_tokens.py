@@ -33,9 +33,11 @@ import re
 import threading
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+
+from lr_opensearch.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class _ChunkStore:
 
     def _reset(self) -> None:
         self.index: dict[str, int] = {_SENTINEL: 0}
+        self.tuples: list[tuple[int, ...]] = [()]  # the same ids per chunk, for one-text lookups
         self.starts = np.zeros(1, np.int64)
         self.lengths = np.zeros(1, np.int64)
         self.ids = np.empty(0, np.int64)
@@ -134,6 +137,7 @@ class _ChunkStore:
         lengths = np.fromiter(map(len, per_chunk), np.int64, count=len(per_chunk))
         new_ids = np.fromiter(chain.from_iterable(per_chunk), np.int64, count=int(lengths.sum()))
         first = len(self.index)
+        self.tuples.extend(map(tuple, per_chunk))
         self.index.update(zip(chunks, range(first, first + len(chunks)), strict=True))
         self.starts = np.concatenate([self.starts, len(self.ids) + np.cumsum(lengths) - lengths])
         self.lengths = np.concatenate([self.lengths, lengths])
@@ -154,7 +158,7 @@ class QueryTokenizer:
     def __init__(self, tokenizer: Any, special_ids: Sequence[int], vocab_size: int,
                  max_tokens: int = 512, cache_size: int = 1 << 18):
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
         self._tok = plain_copy(tokenizer)
         self.max_tokens = int(max_tokens)
         self.max_chars = self.max_tokens * CHARS_PER_TOKEN_CAP
@@ -234,6 +238,27 @@ class QueryTokenizer:
         flat, lengths = self._word_path(fast_texts)
         slow_flat, slow_lengths = self._tokenizer_path([texts[i] for i in slow])
         return _merge(flat, lengths, slow_flat, slow_lengths, np.asarray(slow, dtype=np.int64))
+
+    def one(self, text: str) -> np.ndarray | None:
+        """Ids of one text from the word cache (specials dropped, capped), or None when some
+        chunk is not cached yet or the text needs the tokenizer (then use the batch path)."""
+        if not self.word_cache or len(text) > self.max_chars or self._slow_re.search(text):
+            return None
+        chunks = text.split()
+        with self._lock:
+            found = list(map(self._cache.index.get, chunks))
+            if None in found:
+                return None
+            tuples = self._cache.tuples
+            ids = np.array(list(chain.from_iterable(tuples[i] for i in cast(list[int], found))),
+                           dtype=np.int64)
+        if len(ids) and not self._keep[ids].all():
+            ids = ids[self._keep[ids]]
+        if len(ids) > self.max_tokens:
+            self._warn_once("tokens", "query of %d tokens capped at max_tokens=%d; further caps "
+                            "are not logged", len(ids), self.max_tokens)
+            ids = ids[: self.max_tokens]
+        return ids
 
     def raw_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text as the tokenizer gives them (no special tokens added)."""

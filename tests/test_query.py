@@ -113,11 +113,14 @@ def test_batch_equals_one_by_one(request: pytest.FixtureRequest, which: str) -> 
     texts += [t for t in TRICKY if _reference(bundle, t)[0]]
     batch = encoder.encode_batch(texts)
     assert batch.dense.shape == (len(texts), bundle.config.served_dim) and len(batch) == len(texts)
+    fast = 0
     for i in list(range(0, 700, 37)) + list(range(700, len(texts))):
+        fast += encoder.tokenizer.one(texts[i]) is not None  # the single-text path
         one = encoder.encode(texts[i])
         np.testing.assert_array_equal(batch.dense[i], one.dense)  # bitwise, any batch
         assert batch.sparse[i] == one.sparse
         np.testing.assert_array_equal(batch.token_ids[i], one.token_ids)
+    assert fast >= 19 if encoder.tokenizer.word_cache else fast == 0
 
 
 def test_bag_mean_blocks_and_dtypes() -> None:
