@@ -18,9 +18,10 @@ from lr_opensearch.errors import LRError
 
 # subcommand -> (module with register(), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "node": ("lr_opensearch.node.cli", "install, start, stop and inspect the local OpenSearch node"),
+    "node": ("lr_opensearch.node.cli", "install, start, stop and inspect the local search node"),
     "bundle": ("lr_opensearch.bundle_cli", "build and inspect model bundles"),
     "index": ("lr_opensearch.index_cli", "create and inspect LightRetriever indices"),
+    "ingest": ("ingest.cli", "encode a corpus and write it into an index (= python -m ingest.bulk)"),
     "search": ("lr_opensearch.search_cli", "hybrid / dense / sparse search with explanations"),
     "eval": ("lr_opensearch.eval_cli", "evaluate runs on a BEIR-format collection"),
     "demo": ("lr_opensearch.demo", "the main job: node, bundle, ingest, search, end to end"),
