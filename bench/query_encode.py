@@ -129,6 +129,8 @@ def worker(args: argparse.Namespace) -> None:
     _, total["threads2_word_cache_cold_start"] = timed(lambda: QueryEncoder(bundle).encode_batch(data), r, n)
     _, total["threads2_no_word_cache"] = timed(lambda: QueryEncoder(bundle, cache_size=0).encode_batch(data), r, n)
     out["total_encode_batch"] = total
+    sample = unique[:: max(1, len(unique) // 500)]
+    _, out["single_query_encode_warm"] = timed(lambda: [enc2.encode(t) for t in sample], r, len(sample))
     out["checks"] = checks(bundle, enc, tok, unique)
     memory[f"after_benchmarks_{args.n}_query_batches"] = rss_mb()
     out["memory"] = memory
@@ -312,6 +314,8 @@ def report(res: dict[str, Any]) -> None:
     print(row.format("sparse: {key: count} dicts", q["sparse_counts"]["qps"], q["sparse_counts"]["cpu_us_per_query"]))
     for name, m in q["total_encode_batch"].items():
         print(row.format(f"total encode_batch: {name}", m["qps"], m["cpu_us_per_query"]))
+    m = q["single_query_encode_warm"]
+    print(row.format("encode(): one query at a time, word cache warm", m["qps"], m["cpu_us_per_query"]))
     print(f"  word cache: {q['tokenize']['word_cache_chunks']} chunks; checks {q['checks']}")
     mem = q["memory"]
     last = mem[f"after_benchmarks_{q['n']}_query_batches"]

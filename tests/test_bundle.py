@@ -236,3 +236,25 @@ def test_cli_bundle_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert parse_instructions(["default=", "qa=Query: a=b"]) == {"default": "", "qa": "Query: a=b"}
     with pytest.raises(ConfigError, match="NAME=TEXT"):
         parse_instructions(["noequals"])
+
+
+def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from model_fixtures import save_model_dir, tiny_bert
+
+    from lr_opensearch.cli import main
+    from lr_opensearch.query import QueryEncoder
+
+    model, tok = tiny_bert()
+    model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
+    out = tmp_path / "bundle"
+    argv = ["-q", "bundle", "build", "--model", str(model_dir), "--out", str(out), "--instruction", "default=",
+            "--instruction", "qa=Query: ", "--served-dim", "16", "--batch-size", "64"]
+    assert main(argv) == 0
+    assert f"built {out}" in capsys.readouterr().out
+    bundle = load_bundle(out)
+    assert dict(bundle.config.instructions) == {"default": "", "qa": "Query: "}
+    assert bundle.config.served_dim == 16 and (bundle.doc_encoder_dir / "config.json").is_file()
+    encoder = QueryEncoder(bundle)
+    a, b = encoder.encode("the tower is tall").dense, encoder.encode("the tower is tall", "qa").dense
+    assert a.shape == (16,) and not np.allclose(a, b)
+    assert main(argv) == 1  # exists: BundleError, no overwrite
