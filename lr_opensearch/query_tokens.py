@@ -10,10 +10,13 @@ with the special tokens removed:
   ``Whitespace`` / ``WhitespaceSplit`` / ``Punctuation`` / ``Digits``, any model - e.g.
   BERT / MiniLM WordPiece). Each character is normalised on its own and every
   pre-token lies inside one whitespace chunk, so ``ids(text)`` is the concatenation of
-  ``ids(chunk)`` over ``text.split()``. Chunk ids are cached in a dict; a repeated word
-  costs one dict lookup instead of a trip through the Rust pipeline. A text falls back
-  to the tokenizer when it contains an added token's text (``[CLS]`` ...) or one of the
-  characters Python's ``str.split`` treats as whitespace while the BERT normaliser
+  ``ids(chunk)`` over ``text.split()``. A batch is joined into one string (texts
+  separated by a ``\\x00`` chunk), split once, each chunk mapped to its index in a
+  ragged id store (one dict lookup), and the ids gathered with numpy; chunks not seen
+  before are tokenized together in one ``encode_batch`` call. A repeated word thus costs
+  a dict lookup instead of a trip through the Rust pipeline. A text falls back to the
+  tokenizer when it contains an added token's text (``[CLS]`` ...), ``\\x00``, or one of
+  the characters Python's ``str.split`` treats as whitespace while the BERT normaliser
   deletes them (``\\x0b \\x0c \\x1c-\\x1f \\x85``). The cache starts afresh when it would
   exceed ``cache_size`` chunks (default 262,144: a few tens of MB at most). It is
   thread-safe.
@@ -80,6 +83,9 @@ def word_cache_eligible(tokenizer: Any) -> tuple[bool, str]:
         return False, f"pre-tokenizer {bad} may act across whitespace"
     if not any(p in ("BertPreTokenizer", "Whitespace", "WhitespaceSplit") for p in pres):
         return False, "no whitespace-splitting pre-tokenizer"
+    normalized = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.normalized]
+    if normalized:  # matched on normalised text: a raw-text check cannot rule them out
+        return False, f"added tokens matched after normalisation: {normalized[:3]}"
     return True, "pipeline is local to whitespace chunks"
 
 

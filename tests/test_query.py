@@ -198,6 +198,9 @@ def test_word_cache_gives_the_tokenizers_ids() -> None:
     tok = _minilm()
     assert word_cache_eligible(tok)[0]
     assert not word_cache_eligible(bpe_tokenizer())[0]
+    custom = wordpiece_tokenizer()
+    custom.add_tokens(["hello world"])  # normalized=True by default: matched after lowercasing
+    assert not word_cache_eligible(custom)[0]
     plain = Tokenizer.from_str(tok.to_str())
     plain.no_padding()
     plain.no_truncation()
