@@ -98,6 +98,7 @@ def test_real_corpus_lands_with_exact_ids_and_the_encoders_vectors(
         np.testing.assert_allclose(src["lr_dense"], dense, rtol=1e-4, atol=1e-5)
         want = {encode_key(bundle.tokenizer.id_to_token(t)): w for t, w in expected.sparse[i].items()}
         assert set(src["lr_sparse"]) == set(want) and want
+        assert len(want) <= bundle.config.sparse_top_k == 24
         for key, w in want.items():
             assert math.isclose(src["lr_sparse"][key], w, rel_tol=1e-4)
         # what the engine holds, read back through scoring
