@@ -163,6 +163,7 @@ class CorpusReader:
         self.resume_offset = resume_offset
         self._seen: set[str] = set()
         self._raw: IO[bytes] | None = None
+        self._file_pos = 0
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[Item]:
@@ -170,6 +171,7 @@ class CorpusReader:
         try:
             yield from self._items(stream)
         finally:
+            self._file_pos = self.file_position()
             if stream is not sys.stdin.buffer:
                 stream.close()
                 self._raw.close()
@@ -178,12 +180,14 @@ class CorpusReader:
     def file_position(self) -> int:
         """Bytes of the file on disk consumed so far (compressed bytes for gzip)."""
         raw = self._raw
-        if raw is None or raw is sys.stdin.buffer:
+        if raw is None:
+            return self._file_pos
+        if raw is sys.stdin.buffer:
             return self.bytes_read
         try:
             return raw.tell()
         except (OSError, ValueError):
-            return self.bytes_read
+            return self._file_pos
 
     def _items(self, stream: IO[bytes]) -> Iterator[Item]:
         offset = 0

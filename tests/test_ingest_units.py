@@ -290,3 +290,14 @@ def test_one_live_run_per_checkpoint(tmp_path: Path) -> None:
                 pass
     with ck.exclusive():  # released after the first run
         pass
+
+
+def test_file_position_counts_compressed_bytes_for_gzip(tmp_path: Path) -> None:
+    lines = [jl({"_id": f"d{i}", "text": "word " * 50}) for i in range(200)]
+    path = write_lines(tmp_path / "c.jsonl.gz", lines, gz=True)
+    reader = rd.CorpusReader(str(path))
+    positions = [reader.file_position() for _ in reader]
+    size = path.stat().st_size
+    assert positions == sorted(positions) and all(p <= size for p in positions)
+    assert reader.file_position() == size  # after the end: the whole file, not decoded bytes
+    assert reader.bytes_read == sum(len(x) for x in lines) > size
