@@ -234,6 +234,10 @@ def test_server_and_client_opensearch_semantics_agree(
                     for h in server.search(text, k=8, explain=True)
                 ]
                 assert any(d is None or s is None for d, s in found)
+        batch = server.search_batch(QUERIES, k=8)  # one _msearch, the pipeline inline
+        assert [[h.doc_id for h in hits] for hits in batch] == [
+            [h.doc_id for h in client.search(q, k=8)] for q in QUERIES
+        ]
 
 
 def test_lr_search_cli(corpus: Any, retriever: Retriever, opensearch_url: str, capsys: Any) -> None:
