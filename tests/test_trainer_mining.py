@@ -41,13 +41,14 @@ def test_cli_writes_records_and_removes_its_index(os_client, opensearch_url, ind
     with gzip.open(coll / "corpus.jsonl.gz", "wt") as f:
         for d in DOCS.values():
             f.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text}) + "\n")
-    write_records(tmp_path / "in.jsonl", [TrainRecord("eiffel tower paris", ("x",), positive_ids=("e",))])
+    write_records(tmp_path / "in.jsonl", [TrainRecord("eiffel tower of paris and public libraries", ("x",), positive_ids=("e",))])
     code = main(["--records", str(tmp_path / "in.jsonl"), "--collection", str(coll), "--recipe", "cropping",
                  "--out", str(tmp_path / "out.jsonl"), "--url", opensearch_url, "--index", index_name,
                  "--keep", "3"])
     assert code == 0
     (rec,) = read_records(tmp_path / "out.jsonl")
-    assert "e" not in rec.negative_ids and 0 < len(rec.negatives) <= 3
+    assert rec.negative_ids == ("d",)  # the only other document sharing a term
+    assert rec.negatives[0] in DOCS["d"].full  # a cropped span of it
     assert not os_client.indices.exists(index=index_name)
 
 
