@@ -42,7 +42,7 @@ from .reader import CorpusReader, Foreign, Rejection
 from .report import DeadLetter, IngestSummary
 from .writer import BulkWriter
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("ingest.bulk")  # also when run as __main__
 
 
 def connect(config: IngestConfig) -> Any:

@@ -63,7 +63,7 @@ class EncodePipeline:
         self.encoded = 0
         self.encode_s = 0.0
         self.wait_s = 0.0
-        self._truncation_warnings = 0
+        self._truncations: dict[str, int] = {}
 
     def add(self, record: Record) -> None:
         self._window.append(record)
@@ -134,10 +134,17 @@ class EncodePipeline:
         self.watermark.settle(record.line, kind, reason=reason)
 
     def _warn_truncated(self, record: Record) -> None:
-        self._truncation_warnings += 1
-        level = logging.WARNING if self._truncation_warnings <= WARN_PER_REASON else logging.DEBUG
-        logger.log(level, "%s:%d (id %r): truncated to the encoder's max length (%d characters "
-                   "of title + text)", self.corpus, record.line, record.id,
-                   len(record.title) + len(record.text))
-        if self._truncation_warnings == WARN_PER_REASON:
-            logger.warning("further truncated documents are only counted in the summary")
+        """Say so. Documents past the character cap (e.g. a 10 MB record) get a WARNING each
+        (first 20); ordinary truncation, common with a 256-token encoder, an INFO line for the
+        first 20. All are counted in the summary."""
+        chars = len(record.title) + len(record.text)
+        huge = chars > self.max_chars
+        key = "huge" if huge else "long"
+        n = self._truncations[key] = self._truncations.get(key, 0) + 1
+        level = (logging.WARNING if huge else logging.INFO) if n <= WARN_PER_REASON else logging.DEBUG
+        logger.log(level, "%s:%d (id %r): %s%d characters of title + text, truncated to the "
+                   "encoder's max length (the stored text is complete)", self.corpus, record.line,
+                   record.id, "very long document: " if huge else "", chars)
+        if n == WARN_PER_REASON:
+            logger.log(level, "further %s truncated documents are only counted in the summary",
+                       "very long" if huge else "")
