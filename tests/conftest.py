@@ -1,6 +1,6 @@
-"""Shared fixtures: a real OpenSearch cluster for integration tests.
+"""Shared fixtures: a real OpenSearch cluster (and Elasticsearch node) for integration tests.
 
-Where the cluster comes from (first that applies):
+Where the OpenSearch cluster comes from (first that applies):
 
 1. env ``LR_TEST_OPENSEARCH_URL``: an external cluster (e.g. your dev node,
    ``http://127.0.0.1:9210``; basic auth / TLS through the LR_OPENSEARCH_* variables);
@@ -9,6 +9,10 @@ Where the cluster comes from (first that applies):
 3. otherwise the project's local node (lr_opensearch.node): installed into the cache if
    missing, started once per session on free ports with a throwaway node dir under
    pytest's tmp, stopped at the end.
+
+Elasticsearch (``es_url`` / ``es_client``, for the lr_opensearch.es adapter's tests): env
+``LR_TEST_ELASTICSEARCH_URL``, else a throwaway local node (``lr node ... --engine
+elasticsearch``, heap 512m) started on free ports the first time a test asks for it.
 
 If no cluster can be had the tests FAIL with the reason; they are never skipped.
 """
@@ -49,6 +53,17 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _es_answers(url: str) -> bool:
+    """True if ``_cluster/health`` answers (Elasticsearch's integ-test-zip has no ``GET /``)."""
+    from elasticsearch import Elasticsearch
+
+    try:
+        Elasticsearch(url, request_timeout=5).cluster.health()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not up"
+        return False
+
+
 def _from_docker(request: pytest.FixtureRequest) -> str:
     # The compose file publishes on LR_DOCKER_HTTP_PORT; a free one keeps dev nodes safe.
     os.environ.setdefault("LR_DOCKER_HTTP_PORT", str(free_port()))
@@ -59,25 +74,29 @@ def _from_docker(request: pytest.FixtureRequest) -> str:
     return url
 
 
-def _from_local_node(tmp_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _from_local_node(tmp_factory: pytest.TempPathFactory, engine: str = "opensearch",
+                     heap: str | None = None, env_url: str = "LR_TEST_OPENSEARCH_URL",
+                     ) -> Iterator[str]:
+    """Install (if needed) and start a throwaway node of ``engine`` on free ports."""
     from lr_opensearch.errors import LRError
-    from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+    from lr_opensearch.node import NodeConfig, get_engine, install, start_node, stop_node
 
-    node_dir = tmp_factory.mktemp("opensearch-node")
+    kind = get_engine(engine)
+    node_dir = tmp_factory.mktemp(f"{kind.name}-node")
     http_port = free_port()
     transport_port = free_port()
     config = NodeConfig(node_dir=node_dir, http_port=http_port, transport_port=transport_port,
-                        heap=os.environ.get("LR_TEST_NODE_HEAP", "1g"),
-                        cluster_name="lr-test")
+                        heap=heap or os.environ.get("LR_TEST_NODE_HEAP", "1g"),
+                        cluster_name="lr-test", engine=kind.name)
     try:
         started = time.monotonic()
-        start_node(config, install(), timeout=300)
-        print(f"\n[conftest] OpenSearch test node {config.url} ready in "
+        start_node(config, install(engine=kind.name), timeout=300)
+        print(f"\n[conftest] {kind.display} test node {config.url} ready in "
               f"{time.monotonic() - started:.0f} s (node dir {node_dir})")
     except LRError as exc:
-        pytest.fail(f"no OpenSearch node for the integration tests: {exc}\n"
-                    "Run `python -m lr_opensearch.node install` (needs mvn + a JDK 21+), or "
-                    "point LR_TEST_OPENSEARCH_URL at a running cluster.", pytrace=False)
+        pytest.fail(f"no {kind.display} node for the integration tests: {exc}\n"
+                    f"Run `python -m lr_opensearch.node install --engine {kind.name}` (needs "
+                    f"mvn + a JDK 21+), or point {env_url} at a running node.", pytrace=False)
     try:
         yield config.url
     finally:
@@ -143,3 +162,29 @@ def index_name(request: pytest.FixtureRequest, os_client: Any) -> Iterator[str]:
     name = f"lr-test-{base.strip('-')}-{uuid.uuid4().hex[:8]}"
     yield name
     os_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def es_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real Elasticsearch node: ``LR_TEST_ELASTICSEARCH_URL`` or a throwaway local
+    9.x node (started only when a test asks for it, stopped at the end of the session)."""
+    external = os.environ.get("LR_TEST_ELASTICSEARCH_URL")
+    if external:
+        if not _es_answers(external):
+            pytest.fail(f"LR_TEST_ELASTICSEARCH_URL={external} does not answer; start that "
+                        "node or unset the variable to let the tests start one", pytrace=False)
+        yield external
+    else:
+        yield from _from_local_node(tmp_path_factory, "elasticsearch",
+                                    heap=os.environ.get("LR_TEST_ES_HEAP", "512m"),
+                                    env_url="LR_TEST_ELASTICSEARCH_URL")
+
+
+@pytest.fixture(scope="session")
+def es_client(es_url: str) -> Any:
+    """An ``elasticsearch.Elasticsearch`` client on the session's Elasticsearch node."""
+    from elasticsearch import Elasticsearch
+
+    client = Elasticsearch(es_url, request_timeout=120)
+    client.cluster.health(wait_for_status="yellow", timeout="60s")
+    return client

@@ -1,7 +1,8 @@
-"""The local node manager: lock file, JDK choice, config files, and the CLI lifecycle.
+"""The local node manager: lock files, JDK choice, config files, and the CLI lifecycle.
 
-The lifecycle test drives ``lr node start/status/logs/stop`` in subprocesses on its own
-free ports and throwaway node directory (separate from the session's test node).
+The lifecycle tests drive ``lr node start/status/logs/stop`` (OpenSearch, and once with
+``--engine elasticsearch``) in subprocesses on their own free ports and throwaway node
+directories (separate from the session's test nodes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from node_support import free_port
 
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node import NodeConfig, load_lock
-from lr_opensearch.node.config import write_node_files
+from lr_opensearch.node.config import default_node_dir, write_node_files
 from lr_opensearch.node.java import find_java, java_major
 from lr_opensearch.node.lock import LOCK_PATH, Artifact, verify_artifact
 
@@ -37,6 +38,66 @@ def test_lock_file_pins_every_artifact() -> None:
     raw = json.loads(LOCK_PATH.read_text())
     assert all({"groupId", "artifactId", "version", "packaging", "sha256"} <= set(a)
                for a in raw["artifacts"])
+
+
+def test_elasticsearch_lock_and_config(tmp_path: Path) -> None:
+    """The Elasticsearch lock pins one 9.x distribution; its node config differs only where
+    the engines do (yml name, security off, master bootstrap setting, defaults)."""
+    lock = load_lock(engine="elasticsearch")
+    assert lock.engine == "elasticsearch" and lock.version.startswith("9.")
+    assert lock.distribution.coordinates == \
+        f"org.elasticsearch.distribution.integ-test-zip:elasticsearch:{lock.version}:zip"
+    assert not lock.plugins and len(lock.distribution.sha256) == 64
+    assert load_lock().engine == "opensearch" and load_lock().digest != lock.digest
+    with pytest.raises(NodeError, match="lock of engine 'elasticsearch', not 'opensearch'"):
+        load_lock(lock.path, engine="opensearch")
+    with pytest.raises(ConfigError, match="unknown engine 'solr'"):
+        NodeConfig(node_dir=tmp_path, engine="solr")
+
+    es = NodeConfig(node_dir=tmp_path / "e", engine="elasticsearch")
+    assert (es.http_port, es.transport, es.heap) == (9250, 9350, "512m")
+    single = es.node_settings()
+    assert single["xpack.security.enabled"] is False and single["discovery.type"] == "single-node"
+    pair = NodeConfig(node_dir=tmp_path / "p", engine="elasticsearch", http_port=9251,
+                      seed_ports=(9352,)).node_settings()
+    assert pair["cluster.initial_master_nodes"] == ["lr-9251", "lr-9252"]
+    assert "cluster.initial_cluster_manager_nodes" not in pair
+    assert default_node_dir(9250, tmp_path, "elasticsearch") == tmp_path / "nodes" / "elasticsearch-9250"
+    assert default_node_dir(9200, tmp_path) == tmp_path / "nodes" / "9200"
+
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    for name in es.kind.config_files:
+        (home / "config" / name).write_text(f"# {name}\n")
+    write_node_files(es, home)
+    yml = (es.config_dir / "elasticsearch.yml").read_text()
+    assert "xpack.security.enabled: false" in yml and "http.port: 9250" in yml
+    assert not (es.config_dir / "opensearch.yml").exists()
+    assert (es.config_dir / "roles.yml").is_file()
+    assert "-Xmx512m" in (es.config_dir / "jvm.options.d" / "lr.options").read_text()
+
+
+def test_cli_node_dir_per_engine(tmp_path: Path) -> None:
+    """Default node dirs: per engine with --engine; without it, the Elasticsearch dir of the
+    port only when that one (and not OpenSearch's) holds a node's state."""
+    import argparse
+
+    from lr_opensearch.node.cli import _node_dir
+
+    def where(engine: str | None, port: int | None) -> Path:
+        return _node_dir(argparse.Namespace(data_dir=None, cache_dir=str(tmp_path),
+                                            engine=engine, http_port=port))
+
+    nodes = tmp_path / "nodes"
+    assert where("elasticsearch", None) == nodes / "elasticsearch-9250"
+    assert where("opensearch", None) == where(None, None) == nodes / "9200"
+    assert where(None, 9250) == nodes / "9250"
+    (nodes / "elasticsearch-9250").mkdir(parents=True)
+    (nodes / "elasticsearch-9250" / "node.json").write_text("{}")
+    assert where(None, 9250) == nodes / "elasticsearch-9250"
+    (nodes / "9250").mkdir()
+    (nodes / "9250" / "node.json").write_text("{}")
+    assert where(None, 9250) == nodes / "9250"
 
 
 def test_verify_artifact_rejects_a_corrupt_file(tmp_path: Path) -> None:
@@ -87,7 +148,7 @@ def test_node_config_files(tmp_path: Path) -> None:
     assert 'cluster.initial_cluster_manager_nodes: ["lr-9333", "lr-9334"]' in yml
     assert "discovery.type" not in yml
     assert "-Xmx1536m" in (config.config_dir / "jvm.options.d" / "lr.options").read_text()
-    single = NodeConfig(node_dir=tmp_path / "s").opensearch_settings()
+    single = NodeConfig(node_dir=tmp_path / "s").node_settings()
     assert single["discovery.type"] == "single-node" and single["network.host"] == "127.0.0.1"
     with pytest.raises(ConfigError, match="heap"):
         NodeConfig(node_dir=tmp_path, heap="lots")
@@ -131,6 +192,42 @@ def test_cli_lifecycle(tmp_path: Path) -> None:
     assert after.returncode == 3 and "not running" in after.stdout
     again = _lr("stop", *where)
     assert again.returncode == 0 and "no node running" in again.stdout
+
+
+@pytest.mark.node
+def test_cli_lifecycle_elasticsearch(tmp_path: Path) -> None:
+    """The same CLI with --engine elasticsearch: start -> status -> stop (one ES start)."""
+    http, transport = free_port(), free_port()
+    node_dir = tmp_path / "es"
+    where = ["--http-port", str(http), "--data-dir", str(node_dir)]
+    try:
+        first = _lr("start", "--engine", "elasticsearch", *where,
+                    "--transport-port", str(transport))
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "cluster green, Elasticsearch 9." in first.stdout
+        status = _lr("status", *where, "--json")
+        report = json.loads(status.stdout)
+        assert status.returncode == 0 and report["engine"] == "elasticsearch"
+        assert report["health"] == "green" and report["url"] == f"http://127.0.0.1:{http}"
+        assert "xpack.security.enabled: false" in (node_dir / "config" / "elasticsearch.yml").read_text()
+        mixed = _lr("start", *where)  # an OpenSearch start on the ES node's dir
+        assert mixed.returncode != 0 and "runs an Elasticsearch node" in mixed.stderr
+        pid = report["pid"]
+    finally:
+        stop = _lr("stop", *where)
+    assert stop.returncode == 0 and "stopped node" in stop.stdout
+    # The launcher's child (the server JVM) is gone too: nothing is left in its group.
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _pgrp(p) == pid]
+    assert not left, f"processes of the node's group still alive: {left}"
+    assert _lr("status", *where).returncode == 3
+
+
+def _pgrp(proc: Path) -> int | None:
+    try:
+        fields = (proc / "stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    return int(fields[2]) if fields[0] not in ("Z", "X") else None
 
 
 def test_start_refuses_a_taken_port(tmp_path: Path) -> None:

@@ -1,4 +1,9 @@
-"""``lr node install|start|stop|status|logs``: thin CLI over lr_opensearch.node."""
+"""``lr node install|start|stop|status|logs``: thin CLI over lr_opensearch.node.
+
+``--engine elasticsearch`` runs Elasticsearch instead of OpenSearch (the default) with the
+same commands; its default port is 9250 and its default node dir
+``<cache>/nodes/elasticsearch-<port>``.
+"""
 
 from __future__ import annotations
 
@@ -9,31 +14,44 @@ import sys
 import time
 from pathlib import Path
 
-from lr_opensearch.node.config import DEFAULT_HEAP, DEFAULT_HTTP_PORT, NodeConfig, default_node_dir
+from lr_opensearch.node.config import NodeConfig, default_node_dir
+from lr_opensearch.node.engine import DEFAULT_ENGINE, ENGINES, get_engine
 from lr_opensearch.node.install import cache_dir, install
 from lr_opensearch.node.process import node_status, server_log, start_node, stop_node, tail
 
 
 def _node_dir(args: argparse.Namespace) -> Path:
+    """The node dir from --data-dir, else the default of --engine and --http-port.
+
+    Without --engine (stop, status, logs) the OpenSearch dir of --http-port (default 9200)
+    is used unless only the Elasticsearch dir of that port holds a node's state.
+    """
     if args.data_dir:
         return Path(args.data_dir)
-    return default_node_dir(args.http_port, cache_dir(args.cache_dir))
+    cache = cache_dir(args.cache_dir)
+    if args.engine is not None:
+        port = args.http_port or get_engine(args.engine).default_http_port
+        return default_node_dir(port, cache, args.engine)
+    port = args.http_port or get_engine(DEFAULT_ENGINE).default_http_port
+    dirs = [default_node_dir(port, cache, name) for name in ENGINES]
+    with_state = [d for d in dirs if (d / "node.json").is_file()]
+    return with_state[0] if with_state else dirs[0]
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    inst = install(args.cache_dir, force=args.force)
-    print(f"OpenSearch {inst.version} installed in {inst.home} "
+    inst = install(args.cache_dir, engine=args.engine, force=args.force)
+    print(f"{inst.engine.display} {inst.version} installed in {inst.home} "
           f"(Java {inst.java.major} at {inst.java.path}; {time.monotonic() - started:.0f} s)")
     return 0
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    inst = install(args.cache_dir)
+    inst = install(args.cache_dir, engine=args.engine)
     config = NodeConfig(
         node_dir=_node_dir(args), http_port=args.http_port, transport_port=args.transport_port,
         host=args.host, heap=args.heap, cluster_name=args.cluster_name, node_name=args.node_name,
-        seed_ports=tuple(args.seed_port or ()))
+        seed_ports=tuple(args.seed_port or ()), engine=args.engine)
     started = time.monotonic()
     status = start_node(config, inst, wait=not args.no_wait, timeout=args.timeout,
                         wait_for=args.wait_for)
@@ -53,7 +71,8 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     status = node_status(_node_dir(args))
     if args.json:
-        print(json.dumps({"running": status.running, "pid": status.pid, "url": status.url,
+        print(json.dumps({"running": status.running, "engine": status.engine,
+                          "pid": status.pid, "url": status.url,
                           "health": status.health, "version": status.version,
                           "plugins": list(status.plugins), "node_dir": str(status.node_dir)}))
     else:
@@ -80,12 +99,20 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _where(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT,
-                        help="REST port (default %(default)s); also names the default node dir")
+def _engine(parser: argparse.ArgumentParser, default: str | None) -> None:
+    what = "default opensearch" if default else "default: the node found for the port"
+    parser.add_argument("--engine", choices=tuple(ENGINES), default=default,
+                        help=f"which search engine ({what})")
+
+
+def _where(parser: argparse.ArgumentParser, engine_default: str | None = None) -> None:
+    _engine(parser, engine_default)
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="REST port (default 9200 OpenSearch, 9250 Elasticsearch); also "
+                             "names the default node dir")
     parser.add_argument("--data-dir", "--node-dir", dest="data_dir", default=None,
-                        help="the node's directory: config, data, logs, pid "
-                             "(default <cache>/nodes/<http-port>)")
+                        help="the node's directory: config, data, logs, pid (default "
+                             "<cache>/nodes/<http-port>, <cache>/nodes/elasticsearch-<port>)")
     parser.add_argument("--cache-dir", default=None,
                         help="installation cache (default env LR_CACHE_DIR or ~/.cache/lr-opensearch)")
 
@@ -93,21 +120,24 @@ def _where(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``node`` command and its subcommands to the ``lr`` parser."""
     node = subparsers.add_parser("node", help="install, start, stop and inspect the local "
-                                 "OpenSearch node")
+                                 "OpenSearch (or Elasticsearch) node")
     sub = node.add_subparsers(dest="node_command", metavar="ACTION", required=True)
 
-    p = sub.add_parser("install", help="fetch OpenSearch + k-NN + neural-search from Maven Central (mvn)")
+    p = sub.add_parser("install", help="fetch OpenSearch + k-NN + neural-search (or, with "
+                       "--engine elasticsearch, Elasticsearch) from Maven Central (mvn)")
+    _engine(p, DEFAULT_ENGINE)
     p.add_argument("--cache-dir", default=None, help="installation cache")
     p.add_argument("--force", action="store_true", help="reinstall even if installed")
     p.set_defaults(func=_cmd_install)
 
     p = sub.add_parser("start", help="start a node in the background and wait for green")
-    _where(p)
+    _where(p, DEFAULT_ENGINE)
     p.add_argument("--transport-port", type=int, default=None,
                    help="node-to-node port (default http port + 100)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
-    p.add_argument("--heap", default=os.environ.get("LR_NODE_HEAP", DEFAULT_HEAP),
-                   help="JVM heap (default env LR_NODE_HEAP or %(default)s)")
+    p.add_argument("--heap", default=os.environ.get("LR_NODE_HEAP"),
+                   help="JVM heap (default env LR_NODE_HEAP, else 1g OpenSearch, "
+                        "512m Elasticsearch)")
     p.add_argument("--cluster-name", default="lr-opensearch")
     p.add_argument("--node-name", default=None, help="default lr-<http-port>")
     p.add_argument("--seed-port", type=int, action="append",

@@ -1,10 +1,11 @@
-"""Installing OpenSearch + plugins from Maven Central with ``mvn``.
+"""Installing OpenSearch + plugins (or Elasticsearch) from Maven Central with ``mvn``.
 
-The artifacts named in ``opensearch.lock.json`` are copied by ``mvn dependency:copy-dependencies``
-(the ordinary Maven client, honouring the user's ``~/.m2/settings.xml`` mirrors and proxies)
+The artifacts named in the engine's lock (``opensearch.lock.json`` or
+``elasticsearch.lock.json``) are copied by ``mvn dependency:copy-dependencies`` (the
+ordinary Maven client, honouring the user's ``~/.m2/settings.xml`` mirrors and proxies)
 into ``<cache>/artifacts``, checked against the lock's sha256, unpacked into
-``<cache>/opensearch-<version>-<lock digest>`` and the plugins are installed with the
-distribution's own ``bin/opensearch-plugin``. The installation is complete only when its
+``<cache>/<engine>-<version>-<lock digest>`` and the plugins (if any) are installed with the
+distribution's own ``bin/<engine>-plugin``. The installation is complete only when its
 marker file exists; a second install with the same lock returns at once.
 """
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lr_opensearch.errors import NodeError
+from lr_opensearch.node.engine import Engine, get_engine
 from lr_opensearch.node.java import JavaHome, find_java
 from lr_opensearch.node.lock import Artifact, NodeLock, load_lock, verify_artifact
 
@@ -36,7 +38,7 @@ DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 @dataclass(frozen=True)
 class Installation:
-    """An installed OpenSearch home with its plugins."""
+    """An installed engine home (OpenSearch with its plugins, or Elasticsearch)."""
 
     home: Path
     lock: NodeLock
@@ -44,7 +46,11 @@ class Installation:
 
     @property
     def version(self) -> str:
-        return self.lock.opensearch_version
+        return self.lock.version
+
+    @property
+    def engine(self) -> Engine:
+        return get_engine(self.lock.engine)
 
 
 def cache_dir(override: Path | str | None = None) -> Path:
@@ -57,7 +63,7 @@ def cache_dir(override: Path | str | None = None) -> Path:
 
 def home_dir(cache: Path, lock: NodeLock) -> Path:
     """Where the installation for ``lock`` lives inside ``cache``."""
-    return cache / f"opensearch-{lock.opensearch_version}-{lock.digest[:10]}"
+    return cache / f"{lock.engine}-{lock.version}-{lock.digest[:10]}"
 
 
 @contextmanager
@@ -131,7 +137,7 @@ def _ensure_artifacts(lock: NodeLock, cache: Path, mvn: str | None) -> dict[str,
     return paths
 
 
-def _unpack_distribution(zip_path: Path, dest: Path) -> Path:
+def _unpack_distribution(zip_path: Path, dest: Path, engine: Engine) -> Path:
     with zipfile.ZipFile(zip_path) as archive:
         archive.extractall(dest)
         modes = {info.filename: info.external_attr >> 16 for info in archive.infolist()}
@@ -139,16 +145,17 @@ def _unpack_distribution(zip_path: Path, dest: Path) -> Path:
         if mode & 0o111:
             os.chmod(dest / name, mode & 0o7777)
     tops = [p for p in dest.iterdir() if p.is_dir()]
-    if len(tops) != 1 or not (tops[0] / "bin" / "opensearch").is_file():
-        raise NodeError(f"{zip_path} does not look like an OpenSearch distribution "
-                        "(no single top folder with bin/opensearch)")
+    if len(tops) != 1 or not (tops[0] / engine.launcher).is_file():
+        raise NodeError(f"{zip_path} does not look like an {engine.display} distribution "
+                        f"(no single top folder with {engine.launcher})")
     return tops[0]
 
 
-def _install_plugin(home: Path, plugin_zip: Path, java: JavaHome) -> None:
-    env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java.path), JAVA_HOME=str(java.path))
-    env.pop("OPENSEARCH_JAVA_OPTS", None)
-    cmd = [str(home / "bin" / "opensearch-plugin"), "install", "--batch", plugin_zip.as_uri()]
+def _install_plugin(home: Path, plugin_zip: Path, java: JavaHome, engine: Engine) -> None:
+    env = dict(os.environ, JAVA_HOME=str(java.path))
+    env[f"{engine.env_prefix}JAVA_HOME"] = str(java.path)
+    env.pop(f"{engine.env_prefix}JAVA_OPTS", None)
+    cmd = [str(home / engine.plugin_tool), "install", "--batch", plugin_zip.as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home)
     if proc.returncode != 0:
         raise NodeError(f"installing plugin {plugin_zip.name} into {home} failed "
@@ -168,14 +175,19 @@ def _in_use(home: Path) -> bool:
     return False
 
 
-def prune_installations(cache: Path, keep: Path) -> list[Path]:
-    """Remove other OpenSearch installations in ``cache`` that no running process uses.
+def prune_installations(cache: Path, keep: Path, engine: str | None = None) -> list[Path]:
+    """Remove other installations of ``engine`` in ``cache`` that no running process uses.
+
+    Args:
+        cache: the cache directory.
+        keep: the current installation.
+        engine: whose installations to prune (default OpenSearch); others are left alone.
 
     Returns:
         The removed directories.
     """
     removed = []
-    for home in sorted(cache.glob("opensearch-*")):
+    for home in sorted(cache.glob(f"{get_engine(engine).name}-*")):
         if home == keep or not (home / MARKER).is_file() or _in_use(home):
             continue
         shutil.rmtree(home, ignore_errors=True)
@@ -184,9 +196,10 @@ def prune_installations(cache: Path, keep: Path) -> list[Path]:
     return removed
 
 
-def installed(cache: Path | str | None = None, lock: NodeLock | None = None) -> Path | None:
-    """The installed home for ``lock`` if a complete installation exists, else None."""
-    lock = lock or load_lock()
+def installed(cache: Path | str | None = None, lock: NodeLock | None = None, *,
+              engine: str | None = None) -> Path | None:
+    """The installed home for ``lock`` (default: ``engine``'s lock) if complete, else None."""
+    lock = lock or load_lock(engine=engine)
     home = home_dir(cache_dir(cache), lock)
     marker = home / MARKER
     if not marker.is_file():
@@ -198,38 +211,41 @@ def installed(cache: Path | str | None = None, lock: NodeLock | None = None) -> 
     return home if recorded == lock.digest else None
 
 
-def install(cache: Path | str | None = None, *, lock: NodeLock | None = None,
-            mvn: str | None = None, force: bool = False) -> Installation:
-    """Install the pinned OpenSearch and plugins into the cache (idempotent).
+def install(cache: Path | str | None = None, *, engine: str | None = None,
+            lock: NodeLock | None = None, mvn: str | None = None,
+            force: bool = False) -> Installation:
+    """Install the pinned engine (OpenSearch + plugins by default) into the cache (idempotent).
 
     Args:
         cache: cache directory (default: ``cache_dir()``).
-        lock: the lock to install (default: the packaged ``opensearch.lock.json``).
+        engine: ``opensearch`` (default) or ``elasticsearch``; selects the packaged lock.
+        lock: the lock to install (default: the packaged lock of ``engine``).
         mvn: path to ``mvn`` (default: env LR_MVN or PATH).
         force: reinstall even when a complete installation exists.
 
     Returns:
         The installation (home directory, lock, JDK).
     """
-    lock = lock or load_lock()
+    lock = lock or load_lock(engine=engine)
+    kind = get_engine(lock.engine)
     cache = cache_dir(cache)
     java = find_java(lock.java_min_major, lock.java_preferred_major)
     home = home_dir(cache, lock)
     with _install_lock(cache):
         if not force and installed(cache, lock) is not None:
-            logger.info("OpenSearch %s already installed in %s", lock.opensearch_version, home)
+            logger.info("%s %s already installed in %s", kind.display, lock.version, home)
             return Installation(home, lock, java)
         started = time.monotonic()
         paths = _ensure_artifacts(lock, cache, mvn)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cache))
         try:
             logger.info("unpacking %s", lock.distribution.coordinates)
-            top = _unpack_distribution(paths[lock.distribution.coordinates], staging)
+            top = _unpack_distribution(paths[lock.distribution.coordinates], staging, kind)
             for plugin in lock.plugins:
                 logger.info("installing plugin %s", plugin.coordinates)
-                _install_plugin(top, paths[plugin.coordinates], java)
+                _install_plugin(top, paths[plugin.coordinates], java, kind)
             (top / MARKER).write_text(json.dumps({
-                "lock_digest": lock.digest, "opensearch_version": lock.opensearch_version,
+                "lock_digest": lock.digest, "engine": kind.name, "version": lock.version,
                 "artifacts": [a.coordinates for a in lock.artifacts],
                 "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
             if home.exists():
@@ -237,8 +253,8 @@ def install(cache: Path | str | None = None, *, lock: NodeLock | None = None,
             top.rename(home)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        logger.info("installed OpenSearch %s with %s in %s (%.0f s)", lock.opensearch_version,
+        logger.info("installed %s %s with %s in %s (%.0f s)", kind.display, lock.version,
                     ", ".join(p.name for p in lock.plugins) or "no plugins", home,
                     time.monotonic() - started)
-        prune_installations(cache, keep=home)
+        prune_installations(cache, keep=home, engine=kind.name)
     return Installation(home, lock, java)

@@ -97,7 +97,7 @@ def find_java(min_major: int = 21, preferred: int = 25) -> JavaHome:
         major = java_major(Path(env_home))
         if major is not None and major >= min_major:
             return JavaHome(Path(env_home), major, "JAVA_HOME")
-        logger.warning("JAVA_HOME=%s is Java %s; OpenSearch needs %d+, looking elsewhere "
+        logger.warning("JAVA_HOME=%s is Java %s; the node needs %d+, looking elsewhere "
                        "(set LR_JAVA_HOME to choose explicitly)", env_home, major, min_major)
     scanned = _scan(min_major, preferred)
     if scanned is None:

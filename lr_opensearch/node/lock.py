@@ -1,8 +1,8 @@
-"""The lock file: every Maven artifact of the local node, pinned with its sha256.
+"""The lock files: every Maven artifact of the local node, pinned with its sha256.
 
-``opensearch.lock.json`` (next to this module) is the single record of what the node is
-made of. Install fetches exactly these coordinates and refuses files whose checksum
-differs.
+One lock per engine, next to this module: ``opensearch.lock.json`` (the default) and
+``elasticsearch.lock.json``. Each is the single record of what that engine's node is made
+of. Install fetches exactly these coordinates and refuses files whose checksum differs.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lr_opensearch.errors import NodeError
+from lr_opensearch.node.engine import DEFAULT_ENGINE, get_engine
 
-LOCK_PATH = Path(__file__).with_name("opensearch.lock.json")
+LOCK_PATH = get_engine(DEFAULT_ENGINE).lock_path
 LOCK_FORMAT = "lr-opensearch-node-lock"
 
 
@@ -23,8 +24,8 @@ class Artifact:
     """One pinned Maven artifact.
 
     Attributes:
-        role: ``distribution`` (the OpenSearch zip) or ``plugin`` (installed into it).
-        name: the plugin / distribution name as OpenSearch knows it.
+        role: ``distribution`` (the engine's zip) or ``plugin`` (installed into it).
+        name: the plugin / distribution name as the engine knows it.
         group_id, artifact_id, version, packaging: Maven coordinates.
         size: file size in bytes.
         sha256: hex digest of the file.
@@ -54,11 +55,18 @@ class Artifact:
 class NodeLock:
     """The parsed lock file."""
 
-    opensearch_version: str
+    engine: str  # "opensearch" | "elasticsearch" (lr_opensearch.node.engine)
+    version: str  # the engine's version
     java_min_major: int
     java_preferred_major: int
     artifacts: tuple[Artifact, ...]
     digest: str  # sha256 of the lock file itself: names an installation
+    path: Path = LOCK_PATH
+
+    @property
+    def opensearch_version(self) -> str:
+        """The engine version (name kept from when OpenSearch was the only engine)."""
+        return self.version
 
     @property
     def distribution(self) -> Artifact:
@@ -80,13 +88,19 @@ def _artifact(entry: dict, where: str) -> Artifact:
         raise NodeError(f"{where}: artifact entry {entry!r} lacks field {exc}") from exc
 
 
-def load_lock(path: Path | str = LOCK_PATH) -> NodeLock:
+def load_lock(path: Path | str | None = None, *, engine: str | None = None) -> NodeLock:
     """Read and validate a node lock file.
 
+    Args:
+        path: the lock file (default: the packaged lock of ``engine``).
+        engine: ``opensearch`` (default) or ``elasticsearch``; with ``path`` given, the
+            file must be a lock of that engine.
+
     Raises:
-        NodeError: the file is missing, not JSON, foreign, or lacks a field.
+        NodeError: the file is missing, not JSON, foreign, of another engine, or lacks a
+            field.
     """
-    path = Path(path)
+    path = Path(path) if path is not None else get_engine(engine).lock_path
     try:
         raw = path.read_bytes()
         data = json.loads(raw)
@@ -99,12 +113,20 @@ def load_lock(path: Path | str = LOCK_PATH) -> NodeLock:
     if sum(a.role == "distribution" for a in artifacts) != 1:
         raise NodeError(f"{path}: exactly one artifact must have role 'distribution'")
     java = data.get("java", {})
+    kind = get_engine(data.get("engine", DEFAULT_ENGINE)).name
+    if engine is not None and kind != get_engine(engine).name:
+        raise NodeError(f"{path} is a lock of engine {kind!r}, not {engine!r}")
+    version = data.get("version", data.get("opensearch_version"))
+    if not version:
+        raise NodeError(f"{path}: field 'version' (the {kind} version) is missing")
     return NodeLock(
-        opensearch_version=data["opensearch_version"],
+        engine=kind,
+        version=str(version),
         java_min_major=int(java.get("min_major", 21)),
         java_preferred_major=int(java.get("preferred_major", 21)),
         artifacts=artifacts,
         digest=hashlib.sha256(raw).hexdigest(),
+        path=path,
     )
 
 
@@ -131,6 +153,7 @@ def verify_artifact(path: Path, artifact: Artifact) -> None:
                         f"{artifact.size}; delete it and run `lr node install` again")
     actual = sha256_file(path)
     if actual != artifact.sha256:
-        raise NodeError(f"{artifact.coordinates}: sha256 of {path} is {actual}, the lock file "
-                        f"{LOCK_PATH} says {artifact.sha256}; the download is corrupt or the "
-                        "repository serves a different file. Delete it and install again.")
+        raise NodeError(f"{artifact.coordinates}: sha256 of {path} is {actual}, the node lock "
+                        f"file (lr_opensearch/node/*.lock.json) says {artifact.sha256}; the "
+                        "download is corrupt or the repository serves a different file. "
+                        "Delete it and install again.")

@@ -1,9 +1,11 @@
-"""Starting, stopping and inspecting a local OpenSearch node process.
+"""Starting, stopping and inspecting a local OpenSearch (or Elasticsearch) node process.
 
-The node runs in the background in its own session; its pid and settings are kept in
-``<node_dir>/node.json``. OpenSearch refuses to run as root: when we are root, the node
-is started inside a new user namespace (``unshare --user``) where it sees itself as
-``nobody`` while keeping access to the (root-owned) files.
+The node runs in the background in its own session (process group); its pid, engine and
+settings are kept in ``<node_dir>/node.json``. Both engines refuse to run as root: when we
+are root, the node is started inside a new user namespace (``unshare``, with the engine's
+arguments, :attr:`Engine.root_unshare`) where it sees itself as an ordinary user while
+keeping access to the (root-owned) files. Elasticsearch's launcher starts the server as a
+child JVM, so stopping signals the whole process group.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lr_opensearch.errors import NodeError
+from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node.config import NodeConfig, write_node_files
+from lr_opensearch.node.engine import DEFAULT_ENGINE, Engine, get_engine
 from lr_opensearch.node.install import Installation
 
 logger = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ class NodeStatus:
     version: str | None = None
     plugins: tuple[str, ...] = ()
     state: dict = field(default_factory=dict)
+    engine: str = DEFAULT_ENGINE
 
     def describe(self) -> str:
         """One human-readable line."""
@@ -46,7 +50,8 @@ class NodeStatus:
             return f"not running (node dir {self.node_dir})"
         plugins = ", ".join(self.plugins) or "none"
         return (f"running: pid {self.pid}, {self.url}, cluster {self.health or 'not answering'}, "
-                f"OpenSearch {self.version or '?'}, plugins: {plugins}, node dir {self.node_dir}")
+                f"{get_engine(self.engine).display} {self.version or '?'}, plugins: {plugins}, "
+                f"node dir {self.node_dir}")
 
 
 def _get_json(url: str, timeout: float = 5.0) -> dict | list | None:
@@ -57,11 +62,11 @@ def _get_json(url: str, timeout: float = 5.0) -> dict | list | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` is a live (non-zombie) OpenSearch process; reaps it if it is our child.
+def pid_alive(pid: int, engine: str | None = None) -> bool:
+    """True if ``pid`` is a live (non-zombie) node process; reaps it if it is our child.
 
-    During startup the pid is still the ``bin/opensearch`` script (it execs the JVM), so
-    the check accepts any command line that mentions opensearch.
+    During startup the pid is still the ``bin/<engine>`` script (it execs the JVM), so
+    the check accepts any command line that mentions the engine's name.
     """
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -74,7 +79,7 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X") and b"opensearch" in cmdline
+    return state not in ("Z", "X") and get_engine(engine).name.encode() in cmdline
 
 
 def read_state(node_dir: Path) -> dict:
@@ -92,18 +97,30 @@ def node_status(node_dir: Path | str) -> NodeStatus:
     node_dir = Path(node_dir).expanduser().absolute()
     state = read_state(node_dir)
     pid = state.get("pid")
-    if not pid or not pid_alive(int(pid)):
-        return NodeStatus(node_dir, running=False, state=state)
+    engine = get_engine(state.get("engine")).name
+    if not pid or not pid_alive(int(pid), engine):
+        return NodeStatus(node_dir, running=False, state=state, engine=engine)
     url = state["url"]
     health = _get_json(f"{url}/_cluster/health")
-    root = _get_json(url)
     plugins = _get_json(f"{url}/_cat/plugins?format=json") or []
     return NodeStatus(
         node_dir, running=True, pid=int(pid), url=url,
         health=health.get("status") if isinstance(health, dict) else None,
-        version=root["version"]["number"] if isinstance(root, dict) else None,
+        version=_node_version(url),
         plugins=tuple(sorted({p["component"] for p in plugins if isinstance(p, dict)})),
-        state=state)
+        state=state, engine=engine)
+
+
+def _node_version(url: str) -> str | None:
+    """The server version: ``GET /``, or the nodes info where ``/`` has no handler (the
+    Elasticsearch integ-test-zip answers 405 there)."""
+    root = _get_json(url)
+    if isinstance(root, dict) and isinstance(root.get("version"), dict):
+        return root["version"].get("number")
+    nodes = _get_json(f"{url}/_nodes/_local?filter_path=nodes.*.version")
+    if isinstance(nodes, dict) and nodes.get("nodes"):
+        return next(iter(nodes["nodes"].values())).get("version")
+    return None
 
 
 def _check_port_free(host: str, port: int, what: str) -> None:
@@ -117,16 +134,18 @@ def _check_port_free(host: str, port: int, what: str) -> None:
                             "--transport-port) or stop what listens there") from exc
 
 
-def _launcher(home: Path) -> list[str]:
-    cmd = [str(home / "bin" / "opensearch")]
+def _launcher(home: Path, engine: Engine) -> list[str]:
+    cmd = [str(home / engine.launcher)]
     if os.geteuid() != 0:
         return cmd
     unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "--user", "true"],
+    args = list(engine.root_unshare)
+    if unshare is None or subprocess.run([unshare, *args, "true"],
                                          capture_output=True).returncode != 0:
-        raise NodeError("OpenSearch refuses to run as root, and `unshare --user` (used to run "
-                        "it unprivileged) is unavailable here; run lr as a normal user")
-    return [unshare, "--user", *cmd]
+        raise NodeError(f"{engine.display} refuses to run as root, and `unshare "
+                        f"{' '.join(args)}` (used to run it unprivileged) is unavailable here; "
+                        "run lr as a normal user")
+    return [unshare, *args, *cmd]
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -154,17 +173,26 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
     """Start a node in the background (or report the one already running from ``node_dir``).
 
     Args:
-        config: the node's settings.
-        installation: the OpenSearch home and JDK to run.
+        config: the node's settings (``config.engine`` must be the installation's).
+        installation: the engine's home and the JDK to run.
         wait: block until the cluster reaches ``wait_for`` health.
         timeout: seconds to wait before giving up (the node is then stopped).
         wait_for: "green" or "yellow".
 
     Raises:
+        ConfigError: the installation is of another engine than ``config.engine``.
         NodeError: a port is taken, the process dies, or the cluster is not healthy in time;
             the message carries the end of the node's log.
     """
+    engine = config.kind
+    if installation.engine.name != engine.name:
+        raise ConfigError(f"node config is for {engine.display} but the installation "
+                          f"{installation.home} is {installation.engine.display}; install "
+                          f"with engine={engine.name!r}")
     current = node_status(config.node_dir)
+    if current.running and current.engine != engine.name:
+        raise ConfigError(f"{config.node_dir} runs an {get_engine(current.engine).display} node "
+                          f"(pid {current.pid}); stop it or choose another --data-dir")
     if current.running:
         logger.info("node already running from %s (pid %s, %s)", config.node_dir, current.pid,
                     current.url)
@@ -175,22 +203,23 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
     _check_port_free(config.host, config.http_port, "HTTP")
     _check_port_free(config.host, config.transport, "transport")
     write_node_files(config, installation.home)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENSEARCH_")}
-    env.update(OPENSEARCH_JAVA_HOME=str(installation.java.path),
-               OPENSEARCH_PATH_CONF=str(config.config_dir),
-               OPENSEARCH_TMPDIR=str(config.node_dir / "tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(engine.env_prefix)}
+    env.update(engine.launch_env(installation.java.path, config.config_dir,
+                                 config.node_dir / "tmp"))
     console = config.log_dir / "console.log"
     with open(console, "ab") as out:
-        proc = subprocess.Popen(_launcher(installation.home), cwd=config.node_dir, env=env,
+        proc = subprocess.Popen(_launcher(installation.home, engine), cwd=config.node_dir,
+                                env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    state = {"pid": proc.pid, "url": config.url, "http_port": config.http_port,
+    state = {"pid": proc.pid, "engine": engine.name, "url": config.url,
+             "http_port": config.http_port,
              "transport_port": config.transport, "cluster_name": config.cluster_name,
              "node_name": config.name, "heap": config.heap, "home": str(installation.home),
              "java": str(installation.java.path), "version": installation.version,
              "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     config.state_file.write_text(json.dumps(state, indent=2))
-    logger.info("starting OpenSearch %s (pid %d) on %s, node dir %s, Java %d (%s)",
+    logger.info("starting %s %s (pid %d) on %s, node dir %s, Java %d (%s)", engine.display,
                 installation.version, proc.pid, config.url, config.node_dir,
                 installation.java.major, installation.java.path)
     if wait:
@@ -216,10 +245,11 @@ def wait_for_health(url: str, status: str, timeout: float, *, pid: int | None = 
         if isinstance(health, dict) and not health.get("timed_out", True):
             return
         where = config.node_dir if config else url
-        if pid is not None and not pid_alive(pid):
+        engine = config.kind if config else get_engine(None)
+        if pid is not None and not pid_alive(pid, engine.name):
             logs = tail(config.log_dir / "console.log") if config else ""
-            raise NodeError(f"the OpenSearch process (pid {pid}) of {where} exited during "
-                            f"startup. End of its output:\n{logs}")
+            raise NodeError(f"the {engine.display} process (pid {pid}) of {where} exited "
+                            f"during startup. End of its output:\n{logs}")
         if time.monotonic() > deadline:
             got = health.get("status") if isinstance(health, dict) else "no answer"
             logs = tail(server_log(config)) if config else ""
@@ -228,8 +258,30 @@ def wait_for_health(url: str, status: str, timeout: float, *, pid: int | None = 
         time.sleep(1.0)
 
 
+def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process of process group ``pgid`` remains."""
+    try:
+        os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child
+    except ChildProcessError:
+        pass
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def stop_node(node_dir: Path | str, *, timeout: float = 60.0) -> bool:
     """Stop the node of ``node_dir``: SIGTERM, wait, SIGKILL after ``timeout``.
+
+    The signals go to the node's process group (its session, started by
+    :func:`start_node`), so a launcher and the server JVM it spawned (Elasticsearch) stop
+    together; it returns once no process of the group is left.
 
     Returns:
         True if a running node was stopped, False if none was running.
@@ -237,18 +289,33 @@ def stop_node(node_dir: Path | str, *, timeout: float = 60.0) -> bool:
     node_dir = Path(node_dir).expanduser().absolute()
     state = read_state(node_dir)
     pid = int(state["pid"]) if state.get("pid") else None
-    if pid is None or not pid_alive(pid):
+    engine = get_engine(state.get("engine"))
+    if pid is None or not pid_alive(pid, engine.name):
         (node_dir / "node.json").unlink(missing_ok=True)
         return False
-    logger.info("stopping OpenSearch pid %d (%s)", pid, node_dir)
-    os.kill(pid, signal.SIGTERM)
+    logger.info("stopping %s pid %d (%s)", engine.display, pid, node_dir)
+    try:
+        group = os.getpgid(pid) == pid
+    except ProcessLookupError:
+        group = False
+
+    def send(sig: int) -> None:
+        try:
+            os.killpg(pid, sig) if group else os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def alive() -> bool:
+        return _group_alive(pid) if group else pid_alive(pid, engine.name)
+
+    send(signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while pid_alive(pid):
+    while alive():
         if time.monotonic() > deadline:
             logger.warning("pid %d still alive after %.0f s; sending SIGKILL", pid, timeout)
-            os.kill(pid, signal.SIGKILL)
+            send(signal.SIGKILL)
             deadline = time.monotonic() + 30
-            while pid_alive(pid) and time.monotonic() < deadline:
+            while alive() and time.monotonic() < deadline:
                 time.sleep(0.2)
             break
         time.sleep(0.2)
