@@ -66,7 +66,8 @@ def pid_alive(pid: int, engine: str | None = None) -> bool:
     """True if ``pid`` is a live (non-zombie) node process; reaps it if it is our child.
 
     During startup the pid is still the ``bin/<engine>`` script (it execs the JVM), so
-    the check accepts any command line that mentions the engine's name.
+    the check accepts any command line that mentions the engine's name, and an empty one
+    (read in the middle of the exec).
     """
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
@@ -79,7 +80,11 @@ def pid_alive(pid: int, engine: str | None = None) -> bool:
     except OSError:
         return False
     state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X") and get_engine(engine).name.encode() in cmdline
+    if state in ("Z", "X"):
+        return False
+    # While the launcher script execs the JVM, /proc/<pid>/cmdline reads empty for a moment:
+    # that is the same process, alive, not a reused pid.
+    return not cmdline or get_engine(engine).name.encode() in cmdline
 
 
 def read_state(node_dir: Path) -> dict:
