@@ -48,6 +48,9 @@ def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if not verbose:  # one INFO line per HTTP request drowns what the commands say
+        for noisy in ("opensearch", "elastic_transport", "urllib3"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 1. start (installing if needed) the local OpenSearch node, unless ``--url`` names a cluster;
 2. build the MiniLM bundle from the packaged all-MiniLM-L6-v2 weights (cached);
-3. ingest a real corpus (``../shared/data/scifact`` when present, else the sample shipped
-   with the package) with the bundle's document encoder;
+3. ingest a real corpus (``../shared/data/adi`` when present - small, so the demo takes
+   minutes on a 2-core CPU; ``--dataset`` for any other BEIR folder - else the sample
+   shipped with the package) with the bundle's document encoder;
 4. run a few hybrid searches and print the hits with their explanations.
 """
 
@@ -32,11 +33,14 @@ def _cache() -> Path:
     return Path(os.environ.get("LR_CACHE_DIR", Path.home() / ".cache" / "lr-opensearch"))
 
 
+DEFAULT_DATASET = "adi"
+
+
 def find_default_dataset() -> Path | None:
-    """``shared/data/scifact`` beside the project checkout or the working directory."""
+    """``shared/data/adi`` beside the project checkout or the working directory."""
     here = Path(__file__).resolve().parents[1]
     for base in (Path.cwd(), Path.cwd().parent, here, here.parent):
-        candidate = base / "shared" / "data" / "scifact"
+        candidate = base / "shared" / "data" / DEFAULT_DATASET
         if (candidate / "corpus.jsonl.gz").exists() or (candidate / "corpus.jsonl").exists():
             return candidate
     return None
@@ -144,7 +148,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="the main job: node, bundle, ingest, search",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", type=Path, default=None,
-                   help="BEIR-format folder to ingest (default: ../shared/data/scifact if present, "
+                   help="BEIR-format folder to ingest (default: ../shared/data/adi if present, "
                         "else the shipped sample)")
     p.add_argument("--bundle", type=Path, default=None, help="bundle to use (default: build MiniLM)")
     p.add_argument("--index", default="lr-demo", help="index name (default: lr-demo)")
