@@ -128,18 +128,20 @@ def run_demo(args: argparse.Namespace) -> int:
     from ingest.bulk import run as ingest
     from ingest.config import ConnectionConfig, IngestConfig
 
-    with step(f"Ingest {corpus} into index {args.index!r}"):
-        summary = ingest(IngestConfig(corpus=str(corpus), bundle=str(bundle_path),
-                                      index=args.index, connection=ConnectionConfig(url=url)))
-        print(f"    {summary.counts}")
     bundle = load_bundle(bundle_path)
-    retriever = Retriever(bundle, make_client(url), args.index)
+    # one index per bundle: a rebuilt bundle never meets an index made for another one
+    index = args.index or f"lr-demo-{bundle.bundle_id[:10]}"
+    with step(f"Ingest {corpus} into index {index!r}"):
+        summary = ingest(IngestConfig(corpus=str(corpus), bundle=str(bundle_path),
+                                      index=index, connection=ConnectionConfig(url=url)))
+        print(f"    {summary.counts}")
+    retriever = Retriever(bundle, make_client(url), index)
     with step(f"Hybrid search ({bundle.config.dense_weight:g} dense / "
               f"{bundle.config.sparse_weight:g} sparse), with explanations"):
         results = retriever.search_batch(queries, k=args.k, explain=True)
-        for text, hits in zip(queries, results):
+        for text, hits in zip(queries, results, strict=True):
             print(format_hits(text, hits, explain=True))
-    print(f"Try it yourself:  lr search --bundle {bundle_path} --index {args.index} "
+    print(f"Try it yourself:  lr search --bundle {bundle_path} --index {index} "
           f"--url {url} --explain \"your query\"")
     return 0
 
@@ -151,7 +153,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="BEIR-format folder to ingest (default: ../shared/data/adi if present, "
                         "else the shipped sample)")
     p.add_argument("--bundle", type=Path, default=None, help="bundle to use (default: build MiniLM)")
-    p.add_argument("--index", default="lr-demo", help="index name (default: lr-demo)")
+    p.add_argument("--index", default=None,
+                   help="index name (default: lr-demo-<bundle id prefix>)")
     p.add_argument("--url", default=None, help="use this cluster instead of the local node")
     p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="local node port")
     p.add_argument("--query", action="append", default=None, help="query to run (repeatable)")
