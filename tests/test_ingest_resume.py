@@ -140,7 +140,7 @@ class FaultyClient:
         ids = [json.loads(a)["index"]["_id"] for a, _ in pairs]
         fault = self._plan(self.calls, ids)
         if fault is None:
-            return self._real.bulk(body=body, *args, **kwargs)
+            return self._real.bulk(*args, body=body, **kwargs)
         self.faults += 1
         if fault in ("429", "503"):
             raise TransportError(int(fault), "es_rejected_execution_exception",
@@ -149,8 +149,8 @@ class FaultyClient:
         if fault == "down":
             raise OSConnectionError("N/A", "injected: connection refused", Exception("refused"))
         keep = [p for p, i in zip(pairs, ids, strict=True) if i not in fault]
-        real_items = iter(self._real.bulk(body="\n".join(a + "\n" + s for a, s in keep) + "\n",
-                                          *args, **kwargs)["items"] if keep else [])
+        real_items = iter(self._real.bulk(*args, body="\n".join(a + "\n" + s for a, s in keep) + "\n",
+                                          **kwargs)["items"] if keep else [])
         items = []
         for doc_id in ids:
             if doc_id in fault:
