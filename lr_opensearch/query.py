@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -65,12 +64,13 @@ class QueryBatch:
 
     Attributes:
         dense: [n, served_dim] float32.
-        sparse: n dicts {encoded key: count}.
+        sparse: n dicts {encoded key: count} (a :class:`SparseRows`: the counts are held
+            as CSR arrays and each dict is built when it is read).
         token_ids: n int64 arrays (views of one flat array).
     """
 
     dense: np.ndarray
-    sparse: list[dict[str, float]]
+    sparse: Sequence[dict[str, float]]
     token_ids: Sequence[np.ndarray]
 
     def __len__(self) -> int:
@@ -97,6 +97,55 @@ class RaggedIds(Sequence[np.ndarray]):
         start = int(self.starts[i])
         return self.flat[start : start + int(self.lengths[i])]
 
+
+
+class SparseRows(Sequence[dict[str, float]]):
+    """Sparse query vectors of a batch in CSR form, read as a list of ``{key: count}`` dicts.
+
+    ``ids[offsets[i]:offsets[i + 1]]`` are the distinct vocabulary ids of query i (ascending)
+    and ``counts[...]`` their counts; ``self[i]`` builds that query's dict (keys encoded as
+    in :mod:`lr_opensearch.keys`). Equal to any sequence of the same dicts.
+    """
+
+    def __init__(self, ids: np.ndarray, counts: np.ndarray, offsets: np.ndarray, keys: np.ndarray):
+        self.ids = ids
+        self.counts = counts
+        self.offsets = offsets
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"query {i} out of range for a batch of {n}")
+        i %= n
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return dict(zip(self._keys[self.ids[a:b]].tolist(), self.counts[a:b].tolist(), strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SparseRows({len(self)} queries, {len(self.ids)} terms)"
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[SparseRows]) -> SparseRows:
+        """One batch from consecutive batches (same key table)."""
+        offsets = [np.zeros(1, np.int64)]
+        base = 0
+        for part in parts:
+            offsets.append(part.offsets[1:] + base)
+            base += len(part.ids)
+        return cls(np.concatenate([p.ids for p in parts]), np.concatenate([p.counts for p in parts]),
+                   np.concatenate(offsets), parts[0]._keys)
 
 
 def bag_mean(table: np.ndarray, flat: np.ndarray, lengths: np.ndarray, *, block: int = _BLOCK,
@@ -249,18 +298,21 @@ class QueryEncoder:
     def _encode_pipelined(self, texts: Sequence[str], table: np.ndarray) -> QueryBatch:
         n = len(texts)
         dense = np.empty((n, self.served_dim), np.float32)
-        flats, lens, sparse = [], [], []
+        flats: list[np.ndarray] = []
+        lens: list[np.ndarray] = []
+        sparse: list[SparseRows] = []
         with ThreadPoolExecutor(max_workers=self.threads - 1) as pool:
             pending = []
             for s in range(0, n, _SLICE):
                 flat, lengths = self.tokenize(texts[s : s + _SLICE], offset=s)
                 pending.append(pool.submit(bag_mean, table, flat, lengths, out=dense[s : s + _SLICE]))
-                sparse.extend(self.sparse(flat, lengths))
+                sparse.append(self.sparse(flat, lengths))
                 flats.append(flat)
                 lens.append(lengths)
             for job in pending:
                 job.result()
-        return QueryBatch(dense, sparse, RaggedIds(np.concatenate(flats), np.concatenate(lens)))
+        return QueryBatch(dense, SparseRows.concatenate(sparse),
+                          RaggedIds(np.concatenate(flats), np.concatenate(lens)))
 
     def tokenize(self, texts: Sequence[str], offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(flat ids [N] int64, lengths [n] int64); QueryError for a query without tokens.
@@ -273,8 +325,8 @@ class QueryEncoder:
             raise _no_tokens(offset + i, texts[i])
         return flat, lengths
 
-    def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> list[dict[str, float]]:
-        """{encoded key: count} per query from tokenized ids (vectorised count, then dicts)."""
+    def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> SparseRows:
+        """Sparse vectors {encoded key: count} of tokenized queries (vectorised count, CSR)."""
         n, vocab = len(lengths), self.bundle.vocab_size
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         if self.config.remove_stopwords:
@@ -288,10 +340,8 @@ class QueryEncoder:
         counts = np.diff(first, append=len(pair)).astype(np.float64)
         unique = pair[first]
         query = unique // vocab
-        per_query = np.bincount(query, minlength=n).tolist()
-        items = zip(self.key_array[unique - query * vocab].tolist(), counts.tolist(), strict=True)
-        return [dict(islice(items, c)) for c in per_query]
-
+        offsets = np.searchsorted(query, np.arange(n + 1))
+        return SparseRows(unique - query * vocab, counts, offsets, self.key_array)
 
 def _no_tokens(position: int, text: Any) -> QueryError:
     what = "is empty" if not str(text).strip() else "has no tokens after tokenization"
