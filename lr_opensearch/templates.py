@@ -7,6 +7,7 @@ to the cluster. See ``index_templates/README.md``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -30,9 +31,15 @@ COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean", "rrf")
 
 
 def template_dir() -> Path:
-    """The ``index_templates`` folder: env LR_INDEX_TEMPLATES, else the repository's."""
+    """The ``index_templates`` folder: env LR_INDEX_TEMPLATES, else the installed package's
+    (the repository's folder in an editable install)."""
     env = os.environ.get("LR_INDEX_TEMPLATES")
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "index_templates"
+    if env:
+        path = Path(env)
+    else:
+        spec = importlib.util.find_spec("index_templates")
+        where = list(spec.submodule_search_locations or []) if spec else []
+        path = Path(where[0]) if where else Path(__file__).resolve().parent.parent / "index_templates"
     if not (path / "opensearch" / "index.json").is_file():
         raise ConfigError(f"index templates not found in {path} (expected "
                           "opensearch/index.json); set LR_INDEX_TEMPLATES to the folder")

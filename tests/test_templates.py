@@ -141,3 +141,25 @@ def test_client_url_auth_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LR_OPENSEARCH_USER")
     with pytest.raises(ConfigError, match="without a user"):
         make_client()
+
+
+def test_templates_ship_as_package_data() -> None:
+    """Every template file is covered by pyproject's package-data, so a wheel carries it."""
+    import importlib.util
+    from pathlib import Path
+
+    import tomllib
+
+    from lr_opensearch.templates import template_dir
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.find_spec("index_templates")
+    assert spec is not None and spec.submodule_search_locations
+    assert template_dir() == Path(list(spec.submodule_search_locations)[0])
+    setuptools = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "index_templates*" in setuptools["packages"]["find"]["include"]
+    globs = setuptools["package-data"]["index_templates"]
+    folder = repo / "index_templates"
+    shipped = {p for g in globs for p in folder.glob(g)}
+    files = {p for p in folder.rglob("*") if p.is_file() and p.suffix in (".json", ".md")}
+    assert files and files <= shipped, sorted(map(str, files - shipped))
