@@ -11,9 +11,11 @@ the one given. Both encoders then run the same queries through ``Retriever.searc
 * ``lightretriever``: ``QueryEncoder.encode_batch`` (tokenizer + table lookup);
 * ``full``: the bundle's full document encoder on ``instruction + query`` (one forward)
   for the dense vector. The sparse side is the same token-count map in both, so the only
-  difference is how the dense query vector is made.
+  difference is how the dense query vector is made;
+* ``bm25``: the baseline users run today, ``multi_match`` over title and text on the same
+  index, batched the same way (the product's latency target: LightRetriever no slower).
 
-Rounds alternate between the two (the CPU is shared with the node and other work).
+Rounds alternate between the three (the CPU is shared with the node and other work).
 Per batch it records the encode time, the engine/fusion time and the total; prints QPS,
 p50/p99 batch latency and the full / LightRetriever ratios; writes results/bench/e2e.json.
 """
@@ -82,6 +84,23 @@ def run_encoder(
     return times
 
 
+def run_bm25(retriever: Retriever, texts: list[str], batch: int, k: int) -> dict[str, list[float]]:
+    """Per-batch seconds of the BM25 baseline: the same index's ``multi_match`` over title
+    and text, one ``_msearch`` per batch (no query encoding)."""
+    times: dict[str, list[float]] = {"encode": [], "search": [], "total": []}
+    adapter = retriever.adapter
+    for start in range(0, len(texts), batch):
+        t0 = time.perf_counter()
+        bodies = [adapter.body(adapter.text_query(t), size=k, source=False)
+                  for t in texts[start : start + batch]]
+        adapter.msearch(retriever.index, bodies, what="bm25 search")
+        t1 = time.perf_counter()
+        times["encode"].append(0.0)
+        times["search"].append(t1 - t0)
+        times["total"].append(t1 - t0)
+    return times
+
+
 def summarize(times: dict[str, list[float]], n_queries: int, batch: int) -> dict[str, float]:
     total = np.asarray(times["total"])
     return {
@@ -138,22 +157,27 @@ def main(argv: list[str] | None = None) -> int:
         run_encoder(
             "warmup", enc, retriever, texts[: args.batch_size], args.batch_size, args.mode, args.k
         )
+    run_bm25(retriever, texts[: args.batch_size], args.batch_size, args.k)
     times: dict[str, dict[str, list[float]]] = {
-        n: {"encode": [], "search": [], "total": []} for n in encoders
+        n: {"encode": [], "search": [], "total": []} for n in [*encoders, "bm25"]
     }
     for r in range(args.rounds):
-        for name, enc in encoders.items():
-            t = run_encoder(name, enc, retriever, texts, args.batch_size, args.mode, args.k)
+        for name in times:
+            t = (run_bm25(retriever, texts, args.batch_size, args.k) if name == "bm25" else
+                 run_encoder(name, encoders[name], retriever, texts, args.batch_size, args.mode,
+                             args.k))
             for key in t:
                 times[name][key] += t[key]
             logger.info("round %d %s: %.1f q/s", r + 1, name, len(texts) / sum(t["total"]))
     n_total = len(texts) * args.rounds
     results = {n: summarize(t, n_total, args.batch_size) for n, t in times.items()}
-    lr, fl = results["lightretriever"], results["full"]
+    lr, fl, bm = results["lightretriever"], results["full"], results["bm25"]
     ratios = {
         "qps_lightretriever_over_full": lr["qps"] / fl["qps"],
         "p50_full_over_lightretriever": fl["p50_batch_ms"] / lr["p50_batch_ms"],
         "p99_full_over_lightretriever": fl["p99_batch_ms"] / lr["p99_batch_ms"],
+        "p50_lightretriever_over_bm25": lr["p50_batch_ms"] / bm["p50_batch_ms"],
+        "p99_lightretriever_over_bm25": lr["p99_batch_ms"] / bm["p99_batch_ms"],
     }
     print(
         f"dataset {dataset.name} ({dataset.n_docs} docs, {len(texts)} queries x {args.rounds} rounds), "
@@ -170,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"QPS ratio LightRetriever / full: {ratios['qps_lightretriever_over_full']:.2f}x; "
         f"p50 full / LR: {ratios['p50_full_over_lightretriever']:.2f}x; "
-        f"p99 full / LR: {ratios['p99_full_over_lightretriever']:.2f}x"
+        f"p99 full / LR: {ratios['p99_full_over_lightretriever']:.2f}x; "
+        f"p50 LR / BM25: {ratios['p50_lightretriever_over_bm25']:.2f}x; "
+        f"p99 LR / BM25: {ratios['p99_lightretriever_over_bm25']:.2f}x"
     )
     import torch
 
