@@ -15,7 +15,7 @@ them to ``--n`` and measures, on the same ids:
 (b) the same backbone's full forward (transformers ``AutoModel`` of the bundle's doc
     encoder on CPU, 2 threads, batch 256, the bundle's pooling) with its tokenizer, on
     ``--forward-n`` queries taken evenly from the repeated list (same mix), batched in
-    length order so that padding is small;
+    length order with at most 256 x 32 padded tokens per batch so that padding is small;
 (c) torch's ``embedding_bag`` (mean) over the same ids and float32 table, the
     memory-bandwidth reference for the lookup, alternating rounds with our ``bag_mean``.
 
@@ -212,21 +212,32 @@ def full_forward(bundle: Any, texts: list[str], batch: int) -> dict[str, Any]:
     tok = bundle.tokenizer.__class__.from_str(bundle.tokenizer.to_str())
     tok.no_padding()
     tok.enable_truncation(max_length=cfg.max_length)
-    # length-bucketed batches (sorted by token count), as a throughput-minded baseline would
+    # length-bucketed batches (sorted by token count), as a throughput-minded baseline would,
+    # of up to `batch` queries and at most `batch` x 32 padded tokens: one 256-token query
+    # must not pad 255 short ones to its length
     lengths = [len(e.ids) for e in tok.encode_batch(texts)]
-    texts = [texts[i] for i in np.argsort(lengths, kind="stable")]
+    order = np.argsort(lengths, kind="stable")
+    texts = [texts[i] for i in order]
+    budget = batch * 32
+    bounds, start = [], 0
+    for i in range(1, len(texts) + 1):
+        if i == len(texts) or i - start >= batch or (i + 1 - start) * lengths[order[i]] > budget:
+            bounds.append((start, i))
+            start = i
     tok.enable_padding(pad_id=0)
     t_tok = t_fwd = 0.0
+    padded = 0
     cpu0 = time.process_time()
     with torch.inference_mode():
         warm = tok.encode_batch(texts[:8])
         model(input_ids=torch.tensor([e.ids for e in warm]),
               attention_mask=torch.tensor([e.attention_mask for e in warm]))
-        for s in range(0, len(texts), batch):
+        for s, e in bounds:
             t0 = time.perf_counter()
-            enc = tok.encode_batch(texts[s : s + batch])
+            enc = tok.encode_batch(texts[s:e])
             ids = torch.tensor([e.ids for e in enc])
             mask = torch.tensor([e.attention_mask for e in enc])
+            padded += ids.numel()
             t1 = time.perf_counter()
             hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
             if cfg.pooling == "mean":
@@ -242,7 +253,8 @@ def full_forward(bundle: Any, texts: list[str], batch: int) -> dict[str, Any]:
     n = len(texts)
     return {"n": n, "batch": batch, "tokenize_qps": n / t_tok, "forward_qps": n / t_fwd,
             "total_qps": n / (t_tok + t_fwd), "cpu_us_per_query": 1e6 * (time.process_time() - cpu0) / n,
-            "tokens_per_query": float(np.mean(lengths))}
+            "tokens_per_query": float(np.mean(lengths)), "batches": len(bounds),
+            "padded_tokens_per_query": padded / n}
 
 
 # ----------------------------------------------------------------------- driver
@@ -332,7 +344,8 @@ def report(res: dict[str, Any]) -> None:
           f"torch/transformers loaded: {q['heavy_modules_loaded'] or 'no'}")
     print(f"(b) full forward ({fwd['n']} queries, batch {fwd['batch']}, 2 threads): tokenize "
           f"{fwd['tokenize_qps']:,.0f} q/s, forward {fwd['forward_qps']:,.0f} q/s, total {fwd['total_qps']:,.0f} q/s "
-          f"({fwd['cpu_us_per_query']:,.0f} cpu-us/q, {fwd['tokens_per_query']:.1f} tokens/query)")
+          f"({fwd['cpu_us_per_query']:,.0f} cpu-us/q, {fwd['tokens_per_query']:.1f} tokens/query, "
+          f"{fwd['padded_tokens_per_query']:.1f} with padding, {fwd['batches']} batches)")
     gbps = eb["gathered_bytes_per_query"] / 1e9
     print(f"(c) same ids, rounds interleaved: torch embedding_bag mean 1 thread {eb['threads1']['qps']:,.0f} q/s "
           f"({eb['threads1']['qps'] * gbps:.1f} GB/s of rows), 2 threads {eb['threads2']['qps']:,.0f} q/s; "
