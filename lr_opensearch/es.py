@@ -168,6 +168,13 @@ class ElasticsearchAdapter(OpenSearchAdapter):
             if field.get("type") in SPARSE_TYPES:
                 self.sparse_type = field["type"]
 
+    def _mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
+        try:
+            return self.client.mget(index=index, docs=docs)
+        except (ApiError, TransportError) as exc:
+            raise EngineError(f"_mget of {len(docs)} documents on Elasticsearch index "
+                              f"{index!r} failed: {exc}") from exc
+
     def msearch(
         self,
         index: str,

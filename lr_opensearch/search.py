@@ -28,6 +28,7 @@ from lr_opensearch.search_hits import (
     assemble_client,
     assemble_server,
     assemble_single,
+    client_fusion,
 )
 
 logger = logging.getLogger(__name__)
@@ -211,21 +212,28 @@ class Retriever:
         sub = self._sub_queries(dense, sparse, req, n)
         if req.path == "server":
             return self._run_server(sub, sparse, req)
+        fetch = self._fetch_after(req)
         bodies = [
-            self.adapter.body(q, size=self._size(req), source=req.source, timeout=req.timeout)
+            self.adapter.body(q, size=self._size(req), source=False if fetch else req.source,
+                              timeout=req.timeout)
             for pair in sub
             for q in pair
         ]
         results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
         per = len(sub[0])
+        grouped = [results[i * per : (i + 1) * per] for i in range(n)]
+        fetched = None
+        if fetch:
+            page = [row[0] for res in grouped
+                    for row in client_fusion(res, req.config)[req.from_ : req.depth]]
+            fetched = self.adapter.fetch_sources(self.index, page, req.source)
         out = []
-        for i in range(n):
-            res = results[i * per : (i + 1) * per]
+        for i, res in enumerate(grouped):
             query_sparse = sparse[i] if sparse is not None else None
             if req.path == "single":
                 out.append(assemble_single(res[0], query_sparse, req))
             else:
-                out.append(assemble_client(res, query_sparse, req))
+                out.append(assemble_client(res, query_sparse, req, fetched))
         return out
 
     # ---- internals -----------------------------------------------------------------
@@ -304,6 +312,11 @@ class Retriever:
             return [*source, sparse_f], sparse_f not in source
         return source, False
 
+    def _fetch_after(self, req: SearchRequest) -> bool:
+        """Whether the candidates are searched without ``_source`` and the page's sources
+        fetched after (hybrid: ``candidates`` hits per sub-query, only ``k`` returned)."""
+        return req.source is not False and req.path != "single" and self._size(req) > req.depth
+
     def _size(self, req: SearchRequest) -> int:
         return max(self.candidates, req.depth) if req.path != "single" else req.depth
 
@@ -339,11 +352,13 @@ class Retriever:
     ) -> list[list[Hit]]:
         pipeline = self.adapter.hybrid_pipeline(req.config)
         size = self._size(req)
+        fetch = self._fetch_after(req)
+        source = False if fetch else req.source
         bodies = [
             self.adapter.body(
                 self.adapter.hybrid_query(*pair),
                 size=size,
-                source=req.source,
+                source=source,
                 timeout=req.timeout,
                 pipeline=pipeline,
             )
@@ -353,16 +368,20 @@ class Retriever:
         parts: list[list[EngineResult]] = [[] for _ in sub]
         if req.explain:  # the sub-queries' own scores, to explain the server's fusion
             sub_bodies = [
-                self.adapter.body(q, size=size, source=req.source, timeout=req.timeout)
+                self.adapter.body(q, size=size, source=source, timeout=req.timeout)
                 for pair in sub
                 for q in pair
             ]
             flat = self.adapter.msearch(self.index, sub_bodies, what="hybrid explain")
             parts = [flat[2 * i : 2 * i + 2] for i in range(len(sub))]
+        fetched = None
+        if fetch:
+            page = [h.doc_id for res in fused for h in res.hits[req.from_ : req.depth]]
+            fetched = self.adapter.fetch_sources(self.index, page, req.source)
         out = []
         for i, res in enumerate(fused):
             query_sparse = sparse[i] if sparse is not None else None
-            out.append(assemble_server(res, parts[i], query_sparse, req))
+            out.append(assemble_server(res, parts[i], query_sparse, req, fetched))
         return out
 
 

@@ -250,6 +250,25 @@ class OpenSearchAdapter:
             self._pipelines[key] = body
         return self._pipelines[key]
 
+    def fetch_sources(self, index: str, ids: Sequence[str], source: Any) -> dict[str, Any]:
+        """``_source`` (as selected by ``source``) of the given documents, one ``_mget``.
+
+        Hybrid search retrieves many candidates per sub-query but returns a page of k; it
+        asks for the candidates without ``_source`` and fetches the page's here.
+        """
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return {}
+        resp = self._mget(index, [{"_id": i, "_source": source} for i in unique])
+        return {str(d["_id"]): d.get("_source") for d in resp["docs"] if d.get("found")}
+
+    def _mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
+        try:
+            return self.client.mget(index=index, body={"docs": docs})
+        except OpenSearchException as exc:
+            raise EngineError(f"_mget of {len(docs)} documents on index {index!r} failed: "
+                              f"{exc}") from exc
+
     def msearch(
         self,
         index: str,

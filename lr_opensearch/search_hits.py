@@ -84,11 +84,17 @@ def client_fusion(res: Sequence[EngineResult], config: FusionConfig) -> list[Any
 
 
 def assemble_client(
-    res: Sequence[EngineResult], query_sparse: Mapping[str, float] | None, req: SearchRequest
+    res: Sequence[EngineResult],
+    query_sparse: Mapping[str, float] | None,
+    req: SearchRequest,
+    fetched: Mapping[str, Any] | None = None,
 ) -> list[Hit]:
-    """Hits of one query fused client side, cut to ``[from_, from_ + k)``."""
+    """Hits of one query fused client side, cut to ``[from_, from_ + k)``.
+
+    ``fetched``: the page's sources fetched after the search (else those of the results).
+    """
     table = client_fusion(res, req.config)
-    sources = _sources(res)
+    sources = _sources(res) if fetched is None else fetched
     engine = _engine_scores(res)
     return [
         make_hit(
@@ -111,9 +117,10 @@ def assemble_server(
     parts: Sequence[EngineResult],
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
+    fetched: Mapping[str, Any] | None = None,
 ) -> list[Hit]:
     """Hits of one query fused by the server; ``parts`` (the sub-query results, explain
-    only) supply raw and normalised scores."""
+    only) supply raw and normalised scores; ``fetched`` as in :func:`assemble_client`."""
     detail = {row[0]: row for row in client_fusion(parts, req.config)} if parts else {}
     engine = _engine_scores(parts) if parts else {}
     hits = []
@@ -129,7 +136,7 @@ def assemble_server(
                 engine.get(h.doc_id, (None, None)),
                 norm,
                 ranks,
-                h.source,
+                h.source if fetched is None else fetched.get(h.doc_id),
                 query_sparse,
                 req,
             )

@@ -191,6 +191,48 @@ def test_pagination_batch_and_source(corpus: Any, retriever: Retriever) -> None:
     assert all(set(h.source) == {"title"} for h in only_title)
 
 
+class _Recording:
+    """The real client, with its ``msearch`` bodies and ``mget`` calls recorded."""
+
+    def __init__(self, client: Any):
+        self._client = client
+        self.bodies: list[Any] = []
+        self.mgets: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def msearch(self, body: Any, **kw: Any) -> Any:
+        self.bodies += body[1::2]
+        return self._client.msearch(body=body, **kw)
+
+    def mget(self, **kw: Any) -> Any:
+        self.mgets.append(kw)
+        return self._client.mget(**kw)
+
+
+@pytest.mark.parametrize("path", ["client", "server"])
+def test_hybrid_fetches_sources_of_the_page_only(
+    corpus: Any, os_client: Any, os_capabilities: Any, path: str
+) -> None:
+    """100 candidates per sub-query travel without _source; the k hits' sources come after."""
+    if path == "server" and not os_capabilities.neural_search:
+        pytest.fail("neural-search is missing from the project's node: server fusion untested")
+    bundle, index, *_ = corpus
+    spy = _Recording(os_client)
+    retriever = Retriever(bundle, spy, index, fusion=path, candidates=100)
+    hits = retriever.search_batch(QUERIES[:2], k=3)
+    assert spy.bodies and all(b["_source"] is False for b in spy.bodies)
+    assert len(spy.mgets) == 1 and len(spy.mgets[0]["body"]["docs"]) <= 6
+    for h in (h for per in hits for h in per):
+        stored = os_client.get(index=index, id=h.doc_id)["_source"]
+        assert h.source == {k: v for k, v in stored.items() if k not in ("lr_dense", "lr_sparse")}
+    spy.bodies.clear()
+    spy.mgets.clear()
+    assert all(h.source is None for h in retriever.search(QUERIES[0], k=3, source=False))
+    assert not spy.mgets
+
+
 def test_bundle_mismatch_is_refused(corpus: Any, os_client: Any, tmp_path: Any) -> None:
     _, index, *_ = corpus
     other = load_bundle(
