@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--candidates", type=int, default=None,
+                    help="hits per hybrid sub-query (default: the Retriever's)")
     ap.add_argument("--mode", choices=("hybrid", "dense"), default="hybrid")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "e2e.json"))
     args = ap.parse_args(argv)
@@ -139,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     client = make_client(args.url, timeout=120)
     dataset, index = pick_dataset(client, bundle, args.dataset)
     index = args.index or index
-    retriever = Retriever(bundle, client, index)
+    extra = {} if args.candidates is None else {"candidates": args.candidates}
+    retriever = Retriever(bundle, client, index, **extra)
     texts = list(dataset.queries.values())
     full = DocEncoder.from_bundle(bundle, batch_size=args.batch_size)
     instruction = bundle.instructions[bundle.resolve_instruction(None)]
@@ -210,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "index": index,
         "mode": args.mode,
         "k": args.k,
+        "candidates": retriever.candidates,
         "bundle": str(bundle.path),
         "bundle_id": bundle.bundle_id,
         "results": results,
