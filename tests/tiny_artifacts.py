@@ -32,14 +32,28 @@ SENTENCES = [
 ]
 
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def wordpiece_tokenizer(vocab_size: int = 200, *, padding: bool = True) -> Tokenizer:
     """A BERT-like WordPiece tokenizer trained on SENTENCES, with [CLS]/[SEP] template.
 
+    The trainer breaks frequency ties in hash order, so its vocabulary differs from one
+    process to the next; the sizes the tests use are therefore trained once and kept in
+    tests/data/wordpiece-<size>.json (``train_wordpiece`` rebuilds them).
     Padding and truncation are switched on (like MiniLM's tokenizer.json) so that users
     of the tokenizer must turn them off.
     """
+    frozen = DATA / f"wordpiece-{vocab_size}.json"
+    tok = Tokenizer.from_file(str(frozen)) if frozen.is_file() else train_wordpiece(vocab_size)
+    if padding:
+        tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]", length=32)
+        tok.enable_truncation(max_length=32)
+    return tok
+
+
+def train_wordpiece(vocab_size: int) -> Tokenizer:
+    """Train the WordPiece tokenizer of :func:`wordpiece_tokenizer` (no padding)."""
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -52,9 +66,6 @@ def wordpiece_tokenizer(vocab_size: int = 200, *, padding: bool = True) -> Token
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
-    if padding:
-        tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]", length=32)
-        tok.enable_truncation(max_length=32)
     return tok
 
 
