@@ -98,7 +98,6 @@ class RaggedIds(Sequence[np.ndarray]):
         return self.flat[start : start + int(self.lengths[i])]
 
 
-
 class SparseRows(Sequence[dict[str, float]]):
     """Sparse query vectors of a batch in CSR form, read as a list of ``{key: count}`` dicts.
 
@@ -342,6 +341,7 @@ class QueryEncoder:
         query = unique // vocab
         offsets = np.searchsorted(query, np.arange(n + 1))
         return SparseRows(unique - query * vocab, counts, offsets, self.key_array)
+
 
 def _no_tokens(position: int, text: Any) -> QueryError:
     what = "is empty" if not str(text).strip() else "has no tokens after tokenization"

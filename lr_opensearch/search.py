@@ -222,19 +222,18 @@ class Retriever:
         results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
         per = len(sub[0])
         grouped = [results[i * per : (i + 1) * per] for i in range(n)]
+        if req.path == "single":
+            return [assemble_single(res[0], sparse[i] if sparse is not None else None, req)
+                    for i, res in enumerate(grouped)]
+        tables = [client_fusion(res, req.config) for res in grouped]
         fetched = None
         if fetch:
-            page = [row[0] for res in grouped
-                    for row in client_fusion(res, req.config)[req.from_ : req.depth]]
+            page = [row[0] for table in tables for row in table[req.from_ : req.depth]]
             fetched = self.adapter.fetch_sources(self.index, page, req.source)
-        out = []
-        for i, res in enumerate(grouped):
-            query_sparse = sparse[i] if sparse is not None else None
-            if req.path == "single":
-                out.append(assemble_single(res[0], query_sparse, req))
-            else:
-                out.append(assemble_client(res, query_sparse, req, fetched))
-        return out
+        return [
+            assemble_client(res, sparse[i] if sparse is not None else None, req, fetched, table)
+            for i, (res, table) in enumerate(zip(grouped, tables, strict=True))
+        ]
 
     # ---- internals -----------------------------------------------------------------
     def _request(

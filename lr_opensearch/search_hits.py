@@ -88,12 +88,14 @@ def assemble_client(
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
     fetched: Mapping[str, Any] | None = None,
+    table: list[Any] | None = None,
 ) -> list[Hit]:
     """Hits of one query fused client side, cut to ``[from_, from_ + k)``.
 
-    ``fetched``: the page's sources fetched after the search (else those of the results).
+    ``fetched``: the page's sources fetched after the search (else those of the results);
+    ``table``: ``client_fusion(res, req.config)`` when the caller already has it.
     """
-    table = client_fusion(res, req.config)
+    table = client_fusion(res, req.config) if table is None else table
     sources = _sources(res) if fetched is None else fetched
     engine = _engine_scores(res)
     return [
