@@ -5,7 +5,7 @@
 
 1. bare encoder: ``DocEncoder.encode`` over the corpus texts, batched exactly as the
    pipeline batches them (windows sorted by length, same batch size, same character cap);
-2. pipeline: ``ingest.bulk.run`` into a fresh index (read, validate, encode, build sources,
+2. pipeline: ``lr_opensearch.indexing.run.run`` into a fresh index (read, validate, encode, build sources,
    bulk-write in the writer thread, checkpoint, refresh settings, final refresh);
 3. bare encoder again (the CPU is shared: two bare runs bracket the pipeline run).
 
@@ -33,11 +33,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ingest.bulk import run  # noqa: E402
-from ingest.config import ConnectionConfig, IngestConfig  # noqa: E402
-from ingest.pipeline import CHARS_PER_TOKEN_CAP  # noqa: E402
-from ingest.reader import CorpusReader, Record  # noqa: E402
 from lr_opensearch.bundle import load_bundle  # noqa: E402
+from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig  # noqa: E402
+from lr_opensearch.indexing.pipeline import CHARS_PER_TOKEN_CAP  # noqa: E402
+from lr_opensearch.indexing.reader import CorpusReader, Record  # noqa: E402
+from lr_opensearch.indexing.run import run  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"
 
@@ -96,8 +96,8 @@ def corpus_path(args: argparse.Namespace, work: Path) -> Path:
 
 def measure(args: argparse.Namespace, corpus: Path, url: str, work: Path) -> dict[str, Any]:
     """bare, pipeline, bare again; returns the raw figures."""
-    from lr_opensearch.client import make_client
     from lr_opensearch.model import DocEncoder
+    from lr_opensearch.search.client import make_client
 
     records = [r for r in CorpusReader(str(corpus)) if isinstance(r, Record)]
     bundle = load_bundle(args.bundle)

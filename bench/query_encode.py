@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
     memory = {"after_imports": rss_mb()}
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.query import QueryEncoder, bag_mean
-    from lr_opensearch.query_tokens import plain_copy
+    from lr_opensearch.query.tokens import plain_copy
 
     unique, _ = load_queries(args.data)
     data = (unique * (args.n // len(unique) + 1))[: args.n]

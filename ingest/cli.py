@@ -8,8 +8,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .config import BulkSettings, ConnectionConfig, IngestConfig, RetryPolicy, default_state_dir
-from .report import IngestSummary
+from ingest.launcher import launch
+from lr_opensearch.errors import LRError
+from lr_opensearch.indexing import (
+    BulkSettings,
+    ConnectionConfig,
+    IngestConfig,
+    IngestSummary,
+    RetryPolicy,
+    default_state_dir,
+    exit_code,
+    run,
+)
 
 EPILOG = """\
 exit status: 0 every record indexed; 3 done, but some lines were skipped or refused (see the
@@ -131,11 +141,33 @@ def register(subparsers: Any) -> None:
 
 
 def _run_from_lr(args: argparse.Namespace) -> int:
-    from .bulk import exit_code, run
-
     if not args.verbose:
         logging.getLogger("opensearch").setLevel(logging.WARNING)
     config = config_from_args(args)
-    summary = run(config)
+    summary = execute(config)
+    write_summary(summary, config, quiet=args.quiet)
+    return exit_code(summary)
+
+
+def execute(config: IngestConfig) -> IngestSummary:
+    """One worker in this process, or the launcher's N local workers (``--workers N``)."""
+    if config.workers > 1 and config.worker_id is None:
+        return launch(config)
+    return run(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ingest.bulk``: parse, ingest, print the summary; the exit code says how."""
+    args = parse_args(argv)
+    configure_logging(args)
+    try:
+        config = config_from_args(args)
+        summary = execute(config)
+    except LRError as exc:
+        logging.getLogger("ingest").error("%s", exc)
+        return 1
+    except KeyboardInterrupt:
+        logging.getLogger("ingest").error("interrupted; rerun the same command to resume")
+        return 130
     write_summary(summary, config, quiet=args.quiet)
     return exit_code(summary)

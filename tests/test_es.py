@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.es import ElasticsearchAdapter, es_index_body
-from lr_opensearch.fusion import fusion_config
-from lr_opensearch.keys import encode_key
+from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, es_index_body
+from lr_opensearch.search.fusion import fusion_config
 
 FLT = {"term": {"metadata.lang": "en"}}
 
@@ -90,7 +90,7 @@ def test_make_adapter_picks_elasticsearch_for_es_clients():
     from elasticsearch import Elasticsearch
 
     from lr_opensearch.search import make_adapter
-    from lr_opensearch.search_dsl import OpenSearchAdapter
+    from lr_opensearch.search.opensearch import OpenSearchAdapter
 
     assert isinstance(make_adapter(Elasticsearch("http://127.0.0.1:1")), ElasticsearchAdapter)
     from opensearchpy import OpenSearch

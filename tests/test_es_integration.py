@@ -15,12 +15,12 @@ import pytest
 from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleMismatchError, ConfigError
-from lr_opensearch.es import ElasticsearchAdapter, create_es_index
-from lr_opensearch.fusion import fuse
-from lr_opensearch.keys import encode_key
 from lr_opensearch.search import Retriever
-from lr_opensearch.search_explain import LUCENE_FEATURE_REL_TOL
+from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, create_es_index
+from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
+from lr_opensearch.search.fusion import fuse
 
 pytestmark = pytest.mark.node
 N_DOCS = 30
@@ -76,7 +76,7 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     # hybrid = fusion of the two sub-queries fetched independently
     d50 = r.search(text, k=50, mode="dense")
     s50 = r.search(text, k=50, mode="sparse")
-    from lr_opensearch.search_explain import score_from_inner_product
+    from lr_opensearch.search.explain import score_from_inner_product
 
     expected = fuse(
         [(h.doc_id, score_from_inner_product(h.dense_score)) for h in d50],
@@ -102,3 +102,25 @@ def test_es_bundle_mismatch(es_corpus: Any, tmp_path: Any) -> None:
     other = load_bundle(tiny_bundle(tmp_path / "o", wordpiece_tokenizer(padding=False), seed=42))
     with pytest.raises(BundleMismatchError):
         Retriever(other, client, index)
+
+
+def test_lr_index_create_on_elasticsearch(es_url: str, es_client: Any,
+                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``lr index create --cluster elasticsearch`` makes the index the adapter searches."""
+    from lr_opensearch.cli import main
+
+    bundle_dir = tiny_bundle(tmp_path_factory.mktemp("escli") / "bundle",
+                             wordpiece_tokenizer(padding=False), seed=6)
+    index = f"lr-test-es-cli-{uuid.uuid4().hex[:8]}"
+    args = ["index", "create", "--cluster", "elasticsearch", "--url", es_url,
+            "--bundle", str(bundle_dir), "--index", index]
+    try:
+        assert main(args) == 0
+        mapping = es_client.indices.get_mapping(index=index)[index]["mappings"]
+        assert mapping["properties"]["lr_sparse"]["type"] == "sparse_vector"
+        assert mapping["properties"]["lr_dense"]["similarity"] == "max_inner_product"
+        assert mapping["_meta"]["lightretriever"]["bundle_id"] == load_bundle(bundle_dir).bundle_id
+        assert main(args) == 1  # exists: refused without --exist-ok
+        assert main([*args, "--exist-ok"]) == 0
+    finally:
+        es_client.indices.delete(index=index, ignore_unavailable=True)

@@ -19,8 +19,8 @@ from lr_opensearch.evaluation import (
     read_trec,
     write_trec,
 )
-from lr_opensearch.evaluation_runs import weight_sweep
-from lr_opensearch.search_explain import score_from_inner_product
+from lr_opensearch.evaluation.runs import weight_sweep
+from lr_opensearch.search.explain import score_from_inner_product
 
 
 def make_beir(root: Path, *, gz: bool = True) -> Path:

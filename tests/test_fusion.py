@@ -1,4 +1,4 @@
-"""Hand-computed cases for lr_opensearch.fusion (both semantics, every combination)."""
+"""Hand-computed cases for lr_opensearch.search.fusion (both semantics, every combination)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fusion import FusedHit, fuse, fusion_config, validate_weights
+from lr_opensearch.search.fusion import FusedHit, fuse, fusion_config, validate_weights
 
 # dense  : a 3.0, b 2.0, c 1.0   -> min-max a 1.0, b 0.5, c 0 (-> 0.001 on the server)
 # sparse : b 10.0, d 6.0, a 2.0  -> min-max b 1.0, d 0.5, a 0 (-> 0.001 on the server)
@@ -201,8 +201,8 @@ def test_arithmetic_equals_weighted_sum_on_random_lists():
     [
         ((0.8, 0.3), "sum to 1"),
         ((1.2, -0.2), "finite and >= 0"),
-        ((0.5, 0.25, 0.25), "two numbers"),
-        (("x", 0.5), "two numbers"),
+        ((0.4, 0.2, 0.2, 0.2), "dense, sparse, bm25"),
+        (("x", 0.5), "numbers per leg"),
         ((float("nan"), 1.0), "finite"),
     ],
 )
@@ -212,8 +212,8 @@ def test_bad_weights_are_rejected(weights, message):
 
 
 def test_weights_validation_per_semantics():
-    assert validate_weights((0.705, 0.3)) == (0.705, 0.3)  # within the server's 0.01
-    assert validate_weights((3, 1), "linear") == (3.0, 1.0)
+    assert validate_weights((0.705, 0.3)) == (0.705, 0.3, 0.0)  # within the server's 0.01
+    assert validate_weights((3, 1), "linear") == (3.0, 1.0, 0.0)
     with pytest.raises(ConfigError, match="all be 0"):
         validate_weights((0, 0), "linear")
     with pytest.raises(ConfigError, match=r"\[0, 1\]"):
@@ -241,3 +241,43 @@ def test_duplicates_and_non_finite_scores_are_rejected():
         fuse([("a", 1.0), ("a", 0.5)], [])
     with pytest.raises(ConfigError, match="non-finite"):
         fuse([], [("a", float("inf"))])
+
+
+def test_three_legs_by_hand() -> None:
+    """dense / sparse / BM25 with opensearch min-max + arithmetic mean, computed by hand."""
+    from lr_opensearch.search.fusion import fuse as fuse3
+
+    dense = [("a", 3.0), ("b", 2.0), ("c", 1.0)]
+    sparse = [("b", 10.0), ("c", 5.0)]
+    bm25 = [("c", 7.0), ("a", 3.0), ("d", 1.0)]
+    hits = fuse3(dense, sparse, bm25_hits=bm25, weights={"dense": 0.3, "sparse": 0.2, "bm25": 0.5})
+    # normalised: dense a 1, b .5, c .001; sparse b 1, c .001; bm25 c 1, a 1/3, d .001
+    want = {"a": 0.3 * 1 + 0.5 * (2 / 6), "b": 0.3 * 0.5 + 0.2 * 1.0,
+            "c": 0.3 * 0.001 + 0.2 * 0.001 + 0.5 * 1.0, "d": 0.5 * 0.001}
+    assert [h.doc_id for h in hits] == sorted(want, key=lambda d: -want[d])
+    for h in hits:
+        assert h.score == pytest.approx(want[h.doc_id], rel=1e-6)
+    c = next(h for h in hits if h.doc_id == "c")
+    assert (c.bm25_score, c.bm25_norm, c.bm25_rank) == (7.0, 1.0, 1)
+    # a zero-weight leg is not fused at all: two legs give the two-leg result
+    two = fuse3(dense, sparse, bm25_hits=bm25, weights=(0.7, 0.3, 0.0))
+    assert [(h.doc_id, h.score) for h in two] == [(h.doc_id, h.score)
+                                                  for h in fuse3(dense, sparse, weights=(0.7, 0.3))]
+    assert all(h.bm25_rank is None for h in two)
+    with pytest.raises(ConfigError, match="without bm25_hits"):
+        fuse3(dense, sparse, weights=(0.3, 0.2, 0.5))
+
+
+def test_weights_per_leg_and_their_spelling() -> None:
+    from lr_opensearch.options import parse_weights
+
+    assert validate_weights((0.7, 0.3)) == (0.7, 0.3, 0.0)
+    assert validate_weights({"bm25": 0.4, "dense": 0.6}) == (0.6, 0.0, 0.4)
+    assert parse_weights("dense=0.3,sparse=0.2,bm25=0.5") == (0.3, 0.2, 0.5)
+    assert parse_weights("0.3,0.2,0.5") == (0.3, 0.2, 0.5)
+    with pytest.raises(ConfigError, match="unknown fusion leg"):
+        parse_weights("dense=0.5,bm52=0.5")
+    with pytest.raises(ConfigError, match="sum to 1"):
+        validate_weights({"dense": 0.5, "bm25": 0.6})
+    with pytest.raises(ConfigError, match="not a number"):
+        parse_weights("dense=x")

@@ -22,12 +22,12 @@ from ingest_support import (
     write_jsonl,
 )
 
-from ingest.bulk import run
-from ingest.reader import document_text
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleMismatchError
-from lr_opensearch.keys import encode_key
-from lr_opensearch.templates import create_index
+from lr_opensearch.indexing.reader import document_text
+from lr_opensearch.indexing.run import run
+from lr_opensearch.search.templates import create_index
 
 pytestmark = pytest.mark.node
 

@@ -29,9 +29,9 @@ from ingest_support import (
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
-from ingest.bulk import run
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.errors import IngestError
+from lr_opensearch.indexing.run import run
 
 pytestmark = pytest.mark.node
 

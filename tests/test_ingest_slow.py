@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from ingest_support import build_tiny_bundle, data_dir, index_ids, ingest_config, read_corpus
 
-from ingest.bulk import run
-from ingest.config import RetryPolicy
-from ingest.reader import document_text
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.keys import encode_key
+from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.indexing.config import RetryPolicy
+from lr_opensearch.indexing.reader import document_text
+from lr_opensearch.indexing.run import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.node]
 
@@ -50,7 +50,7 @@ def tiny_queue_node(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_a_saturated_write_queue_rejects_with_429_and_everything_still_lands(
         tiny_queue_node: str, tmp_path: Path) -> None:
-    from lr_opensearch.client import make_client
+    from lr_opensearch.search.client import make_client
 
     client = make_client(tiny_queue_node, timeout=120)
     tiny = build_tiny_bundle(tmp_path)
@@ -97,7 +97,7 @@ def minilm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = os.environ.get("LR_MINILM_BUNDLE")
     if env:
         return Path(env)
-    from lr_opensearch.build import build_bundle
+    from lr_opensearch.bundle.build import build_bundle
 
     return Path(build_bundle(None, tmp_path_factory.mktemp("minilm") / "bundle"))
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest import reader as rd
-from ingest.checkpoint import (
+from lr_opensearch.errors import ConfigError, IngestError
+from lr_opensearch.indexing import reader as rd
+from lr_opensearch.indexing.checkpoint import (
     FAILED,
     INDEXED,
     SKIPPED,
@@ -22,10 +23,9 @@ from ingest.checkpoint import (
     Counts,
     Watermark,
 )
-from ingest.config import IngestConfig, RetryPolicy
-from ingest.report import DeadLetter
-from ingest.writer import failure_reason, is_retryable
-from lr_opensearch.errors import ConfigError, IngestError
+from lr_opensearch.indexing.config import IngestConfig, RetryPolicy
+from lr_opensearch.indexing.report import DeadLetter
+from lr_opensearch.indexing.writer import failure_reason, is_retryable
 
 GOOD = [{"_id": f"d{i}", "title": f"T{i}", "text": f"text number {i}"} for i in range(6)]
 

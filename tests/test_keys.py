@@ -10,8 +10,8 @@ import pytest
 from tiny_artifacts import bpe_tokenizer, wordpiece_tokenizer
 from tokenizers import Tokenizer
 
+from lr_opensearch.bundle.keys import KEY_ENCODING, decode_key, encode_key, encode_keys
 from lr_opensearch.errors import LRError
-from lr_opensearch.keys import KEY_ENCODING, decode_key, encode_key, encode_keys
 
 SAFE_KEY = re.compile(r"^[A-Za-z0-9-]+$")
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from lr_opensearch.build import packaged_model_dir
 from lr_opensearch.model import LightRetrieverModel, instruction_ids, tokenize_texts
 from lr_opensearch.model.framing import plain_tokenizer
+from lr_opensearch.packaged import packaged_model_dir
 
 
 def _encode(model: LightRetrieverModel, tok: Tokenizer, texts: list[str]) -> torch.Tensor:
@@ -36,7 +36,7 @@ def test_packaged_minilm_matches_the_published_model() -> None:
 @pytest.mark.slow
 def test_smollm2_decoder_query_forward_and_table() -> None:
     """SmolLM2-135M (Llama, from GGUF): block-masked pass == independent passes == table rows."""
-    from lr_opensearch.model import convert_gguf
+    from lr_opensearch.packaged.gguf import convert_gguf
 
     model_dir = convert_gguf()
     model = LightRetrieverModel.from_pretrained(model_dir).eval()

@@ -82,7 +82,7 @@ def test_cli_node_dir_per_engine(tmp_path: Path) -> None:
     port only when that one (and not OpenSearch's) holds a node's state."""
     import argparse
 
-    from lr_opensearch.node.cli import _node_dir
+    from lr_opensearch.cli.node import _node_dir
 
     def where(engine: str | None, port: int | None) -> Path:
         return _node_dir(argparse.Namespace(data_dir=None, cache_dir=str(tmp_path),
@@ -246,8 +246,8 @@ def test_start_refuses_a_taken_port(tmp_path: Path) -> None:
 @pytest.mark.node
 def test_two_node_cluster(tmp_path: Path) -> None:
     """Two local nodes form one cluster; an index with 1 replica goes green across them."""
-    from lr_opensearch.client import make_client
     from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+    from lr_opensearch.search.client import make_client
 
     inst = install()
     http = (free_port(), free_port())

@@ -16,10 +16,10 @@ from tiny_artifacts import bpe_tokenizer, tiny_bundle, wordpiece_tokenizer
 from tokenizers import Tokenizer
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleError, QueryError
-from lr_opensearch.keys import encode_key
 from lr_opensearch.query import QueryEncoder, bag_mean
-from lr_opensearch.query_tokens import QueryTokenizer, word_cache_eligible
+from lr_opensearch.query.tokens import QueryTokenizer, word_cache_eligible
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 QUERIES = [
@@ -156,7 +156,7 @@ def test_queries_without_tokens_are_errors(wp_bundle, text: str, what: str) -> N
 def test_long_queries_are_capped_and_logged_once(wp_bundle, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
     encoder = QueryEncoder(wp_bundle, max_tokens=10)
     long_text = "the tower is tall " * 50
-    with caplog.at_level(logging.WARNING, logger="lr_opensearch.query_tokens"):
+    with caplog.at_level(logging.WARNING, logger="lr_opensearch.query.tokens"):
         got = encoder.encode_batch([long_text, long_text, "paris"])
     assert [len(t) for t in got.token_ids] == [10, 10, 1]
     assert np.isfinite(got.dense).all()
@@ -228,7 +228,7 @@ def test_pipelined_batches_equal_single_thread(wp_bundle) -> None:  # noqa: ANN0
 @pytest.mark.slow
 def test_packaged_minilm_bundle_encodes_every_data_query(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A bundle built from the packaged all-MiniLM-L6-v2 encodes all of ../shared/data."""
-    from lr_opensearch.build import build_bundle
+    from lr_opensearch.bundle.build import build_bundle
 
     texts = _data_queries()
     assert len(texts) > 1000, f"expected the shared collections under {DATA}"

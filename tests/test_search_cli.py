@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
+from lr_opensearch.cli.search import _filter, _weights, format_hits, hits_json, register
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.search_cli import _filter, _weights, format_hits, hits_json, register
-from lr_opensearch.search_explain import Explanation, TokenContribution
-from lr_opensearch.search_hits import Hit
+from lr_opensearch.search.explain import Explanation, TokenContribution
+from lr_opensearch.search.hits import Hit
 
 EXPL = Explanation(
     dense_ip=7.25,
@@ -57,9 +57,11 @@ def test_hits_json_is_plain_data():
 
 
 def test_weights_and_filter_arguments():
-    assert _weights("0.6,0.4") == (0.6, 0.4) and _weights(None) is None
-    for bad in ("0.6", "a,b", "0.1,0.2,0.7"):
-        with pytest.raises(ConfigError, match="--weights"):
+    assert _weights("0.6,0.4") == (0.6, 0.4, 0.0) and _weights(None) is None
+    assert _weights("dense=0.3,sparse=0.2,bm25=0.5") == (0.3, 0.2, 0.5)
+    assert _weights("0.3,0.2,0.5") == (0.3, 0.2, 0.5)
+    for bad in ("0.6", "a,b", "0.1,0.2,0.3,0.4", "dense=0.5,bm52=0.5"):
+        with pytest.raises(ConfigError, match="weights|leg"):
             _weights(bad)
     assert _filter('{"term": {"metadata.g": "a"}}') == {"term": {"metadata.g": "a"}}
     with pytest.raises(ConfigError, match="--filter"):

@@ -16,12 +16,16 @@ import pytest
 from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleMismatchError, ConfigError
-from lr_opensearch.fusion import fuse
-from lr_opensearch.keys import encode_key
 from lr_opensearch.search import Retriever
-from lr_opensearch.search_explain import LUCENE_FEATURE_REL_TOL, inner_product_from_score
-from lr_opensearch.templates import create_index
+from lr_opensearch.search.explain import (
+    LUCENE_FEATURE_REL_TOL,
+    inner_product_from_score,
+    score_from_inner_product,
+)
+from lr_opensearch.search.fusion import fuse
+from lr_opensearch.search.templates import create_index
 
 pytestmark = pytest.mark.node
 
@@ -296,3 +300,52 @@ def test_lr_search_cli(corpus: Any, retriever: Retriever, opensearch_url: str, c
     assert main([*common, "--k", "3", "--explain", QUERIES[1]]) == 0
     text = capsys.readouterr().out
     assert "top tokens:" in text and "dense ip" in text
+
+
+BM25_WEIGHTS = {"dense": 0.3, "sparse": 0.2, "bm25": 0.5}
+
+
+def test_bm25_leg_server_equals_client_and_hand_fusion(
+    corpus: Any, os_client: Any, os_capabilities: Any
+) -> None:
+    """Three legs (dense, sparse, BM25): the server's hybrid query + pipeline, client
+    fusion, and fuse() over the three sub-queries run by hand give the same ranking and
+    scores; the BM25 leg's scores are OpenSearch's own multi_match scores."""
+    if not os_capabilities.neural_search:
+        pytest.fail("neural-search is missing from the node: server fusion untested")
+    bundle, index, *_ = corpus
+    for candidates in (100, 8):
+        server = Retriever(bundle, os_client, index, fusion="server", candidates=candidates,
+                           weights=BM25_WEIGHTS)
+        client = Retriever(bundle, os_client, index, fusion="client", candidates=candidates,
+                           weights=BM25_WEIGHTS)
+        assert server.defaults.legs == ("dense", "sparse", "bm25")
+        for text in QUERIES:
+            s_hits = server.search(text, k=8, explain=True)
+            c_hits = client.search(text, k=8, explain=True)
+            assert [h.doc_id for h in s_hits] == [h.doc_id for h in c_hits]
+            assert [h.score for h in s_hits] == pytest.approx([h.score for h in c_hits], rel=1e-5)
+            # by hand: the three sub-queries as single-leg searches, fused by fuse()
+            d = [(h.doc_id, score_from_inner_product(h.score))
+                 for h in client.search(text, k=candidates, mode="dense")]
+            s = [(h.doc_id, h.score) for h in client.search(text, k=candidates, mode="sparse")]
+            body = {"size": candidates, "query": {"multi_match": {"query": text,
+                                                                  "fields": ["title", "text"]}}}
+            b = [(h["_id"], h["_score"])
+                 for h in os_client.search(index=index, body=body)["hits"]["hits"]]
+            want = fuse(d, s, bm25_hits=b, weights=BM25_WEIGHTS, k=8)
+            assert [h.doc_id for h in c_hits] == [h.doc_id for h in want]
+            assert [h.score for h in c_hits] == pytest.approx([h.score for h in want], rel=1e-5)
+            bm25 = dict(b)
+            for h in c_hits:
+                assert h.bm25_score == (pytest.approx(bm25[h.doc_id]) if h.doc_id in bm25
+                                        else None)
+                assert h.explanation is not None and h.explanation.bm25_rank == (
+                    [doc for doc, _ in b].index(h.doc_id) + 1 if h.doc_id in bm25 else None)
+    two = Retriever(bundle, os_client, index, fusion="client")
+    assert two.search(QUERIES[0], k=5, weights={"dense": 0.5, "bm25": 0.5})[0].sparse_score is None
+    body = {"size": 5, "query": {"multi_match": {"query": QUERIES[0], "fields": ["title", "text"]}}}
+    want_bm25 = [(h["_id"], h["_score"])
+                 for h in os_client.search(index=index, body=body)["hits"]["hits"]]
+    only = two.search(QUERIES[0], k=5, mode="bm25")
+    assert [(h.doc_id, h.score) for h in only] == want_bm25 and len(only) == 5

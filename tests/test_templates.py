@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from lr_opensearch import __version__
-from lr_opensearch.client import _split_url, make_client
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.templates import (
+from lr_opensearch.search.client import _split_url, make_client
+from lr_opensearch.search.templates import (
     render_es_index_body,
     render_hybrid_pipeline,
     render_index_body,
@@ -80,8 +80,8 @@ def test_render_rejects_missing_and_unused_values() -> None:
         render_template("opensearch/hybrid_pipeline.json", {"technique": "min_max"})
     with pytest.raises(ConfigError, match="no placeholder for"):
         render_template("opensearch/hybrid_pipeline.json", {
-            "technique": "min_max", "combination": "arithmetic_mean", "dense_weight": 0.7,
-            "sparse_weight": 0.3, "bogus": 1})
+            "technique": "min_max", "combination": "arithmetic_mean", "weights": [0.7, 0.3],
+            "bogus": 1})
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -114,9 +114,12 @@ def test_hybrid_pipeline_bodies() -> None:
     comb = rrf["phase_results_processors"][0]["score-ranker-processor"]["combination"]
     assert comb == {"technique": "rrf", "rank_constant": 40,
                     "parameters": {"weights": [0.6, 0.4]}}
-    with pytest.raises(ConfigError, match="valid: arithmetic_mean"):
+    three = render_hybrid_pipeline(0.3, 0.2, 0.5)["phase_results_processors"][0]
+    assert three["normalization-processor"]["combination"]["parameters"] == {
+        "weights": [0.3, 0.2, 0.5]}
+    with pytest.raises(ConfigError, match="valid options: arithmetic_mean"):
         render_hybrid_pipeline(0.7, 0.3, combination="max")
-    with pytest.raises(ConfigError, match="valid: min_max"):
+    with pytest.raises(ConfigError, match="valid options: min_max"):
         render_hybrid_pipeline(0.7, 0.3, technique="minmax")
 
 
@@ -150,7 +153,7 @@ def test_templates_ship_as_package_data() -> None:
 
     import tomllib
 
-    from lr_opensearch.templates import template_dir
+    from lr_opensearch.search.templates import template_dir
 
     repo = Path(__file__).resolve().parents[1]
     spec = importlib.util.find_spec("index_templates")

@@ -4,7 +4,7 @@
 
 The model is rebuilt from the checkpoint's config (backbone + LoRA settings), the trained
 weights are loaded, LoRA is merged into the backbone, and the bundle is written by
-``lr_opensearch.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
+``lr_opensearch.bundle.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
 one query table per configured instruction (formatted with ``QUERY_PROMPT`` exactly as
 in training), the merged doc encoder and the tokenizer.
 """
@@ -44,7 +44,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
         overwrite: replace an existing bundle.
         progress: progress bars while caching tables.
     """
-    from lr_opensearch.build import build_bundle_from_model
+    from lr_opensearch.bundle.build import build_bundle_from_model
 
     merge_lora(model)
     model.eval()
@@ -62,7 +62,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, overrides: list[str] | None = None,
                       overwrite: bool = False, progress: bool = True) -> Path:
     """Rebuild the model of a checkpoint (a step dir or a run dir), load its weights, export."""
-    from trainer.train import build_model
+    from trainer.modeling import build_model
 
     ckpt = resolve_checkpoint(checkpoint)
     config = read_config(ckpt)

@@ -12,7 +12,7 @@ records are built from raw documents:
 
 Every record keeps its document ids (``positive_ids``) so hard-negative mining can exclude
 them. Documents are joined as the doc encoder sees them at ingest
-(``ingest.reader.document_text``: title + " " + text).
+(``lr_opensearch.indexing.reader.document_text``: title + " " + text).
 
 CLI: ``python -m trainer.pairs COLLECTION --recipe title_body --out FILE.jsonl``.
 """
@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.reader import CorpusReader, Record, document_text
 from lr_opensearch.errors import LRError, TrainingError
+from lr_opensearch.indexing.reader import CorpusReader, Record, document_text
 from trainer.data import TrainRecord, write_records
 
 logger = logging.getLogger(__name__)

@@ -38,7 +38,6 @@ from trainer.checkpoint import (
     trainable_parameters,
 )
 from trainer.config import (
-    ModelSettings,
     OptimSettings,
     TrainConfig,
     load_config,
@@ -46,53 +45,10 @@ from trainer.config import (
     save_config,
 )
 from trainer.data import BatchSampler, Source, micro_batch_index, read_records
-from trainer.lora import apply_lora
+from trainer.modeling import build_model
 from trainer.objective import Objective, Representations
 
 logger = logging.getLogger(__name__)
-
-PACKAGED = ("packaged:minilm", "packaged:smollm2")
-
-
-# ----------------------------------------------------------------------------- setup
-
-
-def resolve_model_path(path: str | None) -> tuple[Path, str | None]:
-    """(model directory, display name or None) for ``ModelSettings.path``."""
-    if path in (None, "packaged:minilm"):
-        from lr_opensearch.build import PACKAGED_MODEL_NAME, packaged_model_dir
-
-        return packaged_model_dir(), PACKAGED_MODEL_NAME
-    if path == "packaged:smollm2":
-        from lr_opensearch.model import convert_gguf
-
-        return Path(convert_gguf()), "HuggingFaceTB/SmolLM2-135M-Instruct"
-    return Path(path), None
-
-
-def load_backbone(settings: ModelSettings) -> tuple[Any, Any]:
-    """(LightRetrieverModel in float32, its tokenizers.Tokenizer) for the model settings."""
-    from tokenizers import Tokenizer
-
-    from lr_opensearch.model import LightRetrieverModel
-
-    model_dir, name = resolve_model_path(settings.path)
-    model = LightRetrieverModel.from_pretrained(
-        model_dir, kind=settings.kind, pooling=settings.pooling, normalize=settings.normalize,
-        sparse_head=settings.sparse_head, name=name)
-    return model, Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-
-
-def build_model(config: TrainConfig) -> tuple[Any, Any]:
-    """The backbone with LoRA (per ``config.lora``) and gradient checkpointing applied."""
-    model, tokenizer = load_backbone(config.model)
-    apply_lora(model, config.lora)
-    if config.run.gradient_checkpointing:
-        from lr_opensearch.model.heads import unwrap
-
-        unwrap(model.hf).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model, tokenizer
-
 
 def lr_factor(step: int, optim: OptimSettings, steps: int) -> float:
     """Learning-rate multiplier at optimizer step ``step`` (linear warm-up, then decay)."""

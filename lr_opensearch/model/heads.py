@@ -19,8 +19,7 @@ import torch
 from torch import nn
 
 from lr_opensearch.errors import ConfigError
-
-SPARSE_HEADS = ("lm", "mlm", "tied")
+from lr_opensearch.options import SPARSE_HEADS, choice
 
 
 def unwrap(hf: Any) -> Any:
@@ -58,8 +57,8 @@ class SparseHead:
         else the tied input embeddings.
         """
         model = unwrap(hf)
-        if wanted is not None and wanted not in SPARSE_HEADS:
-            raise ConfigError(f"unknown sparse head {wanted!r}; valid: {', '.join(SPARSE_HEADS)}")
+        if wanted is not None:
+            choice("sparse head", wanted, SPARSE_HEADS)
         has_output = model.get_output_embeddings() is not None
         transform = _mlm_transform_path(model) if has_output else None
         if wanted is None:

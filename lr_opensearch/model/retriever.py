@@ -34,10 +34,10 @@ from lr_opensearch.model.loading import (
     sentence_transformers_settings,
 )
 from lr_opensearch.model.packing import pack_blocks
+from lr_opensearch.options import POOLINGS, choice
 
 logger = logging.getLogger(__name__)
 
-POOLINGS = ("cls", "mean", "last")
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,7 @@ class LightRetrieverModel(nn.Module):
     def create(hf: nn.Module, *, pooling: str, **kwargs: Any) -> LightRetrieverModel:
         """Instantiate the subclass for ``pooling`` ("cls" | "mean" | "last")."""
         classes = {c.pooling: c for c in (ClsRetriever, MeanRetriever, LastTokenRetriever)}
-        if pooling not in classes:
-            raise ConfigError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
+        choice("pooling", pooling, POOLINGS)
         return classes[pooling](hf, **kwargs)
 
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from lr_opensearch.node.cli import main
+from lr_opensearch.cli.node import main
 
 if __name__ == "__main__":
     sys.exit(main())

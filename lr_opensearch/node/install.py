@@ -29,6 +29,7 @@ from lr_opensearch.errors import NodeError
 from lr_opensearch.node.engine import Engine, get_engine
 from lr_opensearch.node.java import JavaHome, find_java
 from lr_opensearch.node.lock import Artifact, NodeLock, load_lock, verify_artifact
+from lr_opensearch.packaged import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -51,14 +52,6 @@ class Installation:
     @property
     def engine(self) -> Engine:
         return get_engine(self.lock.engine)
-
-
-def cache_dir(override: Path | str | None = None) -> Path:
-    """The cache directory: ``override``, else env ``LR_CACHE_DIR``, else ~/.cache/lr-opensearch."""
-    if override is not None:
-        return Path(override).expanduser()
-    env = os.environ.get("LR_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "lr-opensearch"
 
 
 def home_dir(cache: Path, lock: NodeLock) -> Path:

@@ -1,0 +1,30 @@
+"""The model bundle: the directory that carries a LightRetriever model from the trainer (or
+``lr bundle build``) to ingest and to the query side, loadable without executing code.
+
+- ``format``: ``BundleConfig``, ``save_bundle``, ``load_bundle``, ``Bundle`` (the one loader).
+- ``files``: hashing, table and tokenizer files.
+- ``keys``: the reversible, dot-free sparse key encoding shared by ingest and queries.
+- ``build`` (torch): a bundle from any HF checkpoint, or from a trained model.
+
+Importing this package is light (numpy, tokenizers, safetensors); ``build`` is not imported.
+"""
+
+from __future__ import annotations
+
+from lr_opensearch.bundle.format import (
+    DOC_ENCODER_DIR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    TABLES_DIR,
+    TOKENIZER_FILE,
+    Bundle,
+    BundleConfig,
+    compute_bundle_id,
+    load_bundle,
+    save_bundle,
+)
+
+__all__ = ["DOC_ENCODER_DIR", "FORMAT_NAME", "FORMAT_VERSION", "MANIFEST_FILE", "TABLES_DIR",
+           "TOKENIZER_FILE", "Bundle", "BundleConfig", "compute_bundle_id", "load_bundle",
+           "save_bundle"]

@@ -1,0 +1,162 @@
+"""Building a model bundle from an HF checkpoint (no training needed) or a trained model.
+
+``build_bundle(model_dir, out_dir)`` loads any local HF directory (default: the packaged
+all-MiniLM-L6-v2), caches one query table per instruction (row t = the document forward of
+``instruction + t``, see ``LightRetrieverModel.token_table``), saves the doc encoder and
+writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` calls
+``build_bundle_from_model`` with its merged model: the same code path.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lr_opensearch.bundle import BundleConfig, save_bundle
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.packaged import PACKAGED_MODEL_NAME, packaged_model_dir
+
+if TYPE_CHECKING:
+    from lr_opensearch.model import LightRetrieverModel
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INSTRUCTIONS: Mapping[str, str] = {"default": ""}
+
+
+def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
+    """sentence-transformers' max_seq_length if recorded, else min(512, position limit)."""
+    from lr_opensearch.model.loading import sentence_transformers_settings
+
+    if model_dir is not None:
+        st = sentence_transformers_settings(model_dir)
+        if "max_length" in st:
+            return int(st["max_length"])
+    limit = getattr(model.hf.config, "max_position_embeddings", None) or 512
+    return int(min(512, limit))
+
+
+def build_bundle(
+    model_dir: str | Path | None,
+    out_dir: str | Path,
+    *,
+    instructions: Mapping[str, str] | None = None,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    sparse_head: str | None = None,
+    max_length: int | None = None,
+    served_dim: int | None = None,
+    batch_size: int = 256,
+    overwrite: bool = False,
+    progress: bool = True,
+    **config_fields: Any,
+) -> Path:
+    """Build a bundle from a local HF checkpoint directory.
+
+    Args:
+        model_dir: HF save_pretrained directory with tokenizer.json; None = the packaged
+            all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it was trained).
+        out_dir: the bundle directory to write.
+        instructions: name -> instruction text; default ``{"default": ""}``.
+        pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
+            "last" (decoders) / "cls" (encoders).
+        normalize: L2-normalise dense vectors; default from sentence-transformers files.
+        sparse_head: "lm" | "mlm" | "tied"; default the best head the checkpoint has.
+        max_length: doc encoder max tokens; default sentence-transformers' or min(512, limit).
+        served_dim: leading dense dims served (Matryoshka); default all.
+        batch_size: table rows per forward pass.
+        overwrite: replace an existing bundle.
+        progress: show progress bars.
+        **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
+
+    Returns:
+        The bundle path.
+    """
+    from lr_opensearch.model import LightRetrieverModel
+
+    is_packaged = model_dir is None
+    source = packaged_model_dir() if model_dir is None else Path(model_dir)
+    model = LightRetrieverModel.from_pretrained(
+        source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
+        name=PACKAGED_MODEL_NAME if is_packaged else None)
+    config_fields.setdefault("backbone_name", PACKAGED_MODEL_NAME if is_packaged else source.name)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    return build_bundle_from_model(
+        model, tokenizer, out_dir, instructions=instructions,
+        max_length=max_length or default_max_length(model, source), served_dim=served_dim,
+        batch_size=batch_size, overwrite=overwrite, progress=progress, **config_fields)
+
+
+def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
+                   batch_size: int = 256, progress: bool = True) -> dict[str, np.ndarray]:
+    """One query table [V, H] float32 per instruction, V = the tokenizer's vocabulary size."""
+    from lr_opensearch.model import instruction_ids
+
+    vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    if vocab > model.vocab_size:
+        raise ConfigError(f"the tokenizer has {vocab} tokens but the model's vocabulary has only "
+                          f"{model.vocab_size}; they do not belong together")
+    tables: dict[str, np.ndarray] = {}
+    for name, text in instructions.items():
+        start = time.perf_counter()
+        ids = instruction_ids(tokenizer, text)
+        table = model.token_table(ids, vocab, batch_size=batch_size, progress=progress)
+        tables[name] = table.numpy()
+        logger.info("query table %r (%d prompt tokens): %d x %d in %.1f s", name, len(ids),
+                    *table.shape, time.perf_counter() - start)
+    return tables
+
+
+def build_bundle_from_model(
+    model: LightRetrieverModel,
+    tokenizer: Any,
+    out_dir: str | Path,
+    *,
+    instructions: Mapping[str, str] | None = None,
+    max_length: int = 512,
+    served_dim: int | None = None,
+    batch_size: int = 256,
+    overwrite: bool = False,
+    progress: bool = True,
+    **config_fields: Any,
+) -> Path:
+    """Write a bundle for an in-memory model (trainer.export passes its merged model).
+
+    Args:
+        model: the retriever (LoRA merged; a peft wrapper is merged when saving).
+        tokenizer: its ``tokenizers.Tokenizer``.
+        out_dir: the bundle directory.
+        instructions: name -> instruction text; default ``{"default": ""}``.
+        max_length: doc encoder max tokens.
+        served_dim: leading dense dims served; default all.
+        batch_size: table rows per forward pass.
+        overwrite: replace an existing bundle.
+        progress: show progress bars.
+        **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
+
+    Returns:
+        The bundle path.
+    """
+    instructions = dict(instructions or DEFAULT_INSTRUCTIONS)
+    config_fields.setdefault("backbone_name", model.name or model.architecture)
+    config_fields.setdefault("default_instruction", next(iter(instructions)))
+    config = BundleConfig(
+        architecture=model.architecture, kind=model.kind, pooling=model.pooling,
+        normalize=model.normalize, dense_dim=model.hidden_size,
+        served_dim=served_dim or model.hidden_size, max_length=max_length,
+        sparse_head=model.head.kind, instructions=instructions, **config_fields)
+    tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress)
+    with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
+        doc_dir = Path(tmp) / "doc_encoder"
+        model.save_pretrained(doc_dir)
+        tokenizer.save(str(doc_dir / "tokenizer.json"))
+        return save_bundle(out_dir, config, tokenizer=tokenizer, tables=tables,
+                           doc_encoder_dir=doc_dir, overwrite=overwrite)

@@ -1,0 +1,434 @@
+"""The model bundle: the one save / load pair for the artifact trainer, ingest and client share.
+
+Layout (format ``lightretriever-bundle``, version 1)::
+
+    bundle/
+      lightretriever.json               manifest (this module writes and checks it)
+      tokenizer.json                    HF tokenizers file of the backbone
+      query_tables/<name>.safetensors   E[V, dense_dim] float16, tensor "table", one per instruction
+      doc_encoder/                      optional HF save_pretrained directory
+
+The manifest records the format name and version, the :class:`BundleConfig`, the
+tokenizer's vocabulary size and the special token ids the query and sparse sides exclude,
+each instruction's text and table file, the size and sha256 of every file, the bundle id
+and the library version that wrote it.
+
+Loading executes no code: JSON, ``tokenizers`` and safetensors read through ``numpy``.
+Tables are memory-mapped (read-only) and opened on first use.
+
+Verification (``load_bundle(path, verify=True)``): every listed file must exist with its
+recorded size; the tokenizer and the query tables are hashed at load; the doc encoder
+files (possibly gigabytes, and not needed on the query side) are hashed the first time
+:attr:`Bundle.doc_encoder_dir` is read. :meth:`Bundle.verify_all` hashes everything now.
+
+The bundle id is a hash over the sorted ``(relative path, sha256)`` list of the files plus
+the canonical JSON of the config, so two bundles with the same files but a different
+served dim or fusion default do not share an id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from lr_opensearch import __version__
+from lr_opensearch.bundle.files import (
+    copy_tokenizer,
+    hash_tree,
+    load_tokenizer,
+    read_table,
+    tokenizer_specials,
+    verify_files,
+    write_table,
+)
+from lr_opensearch.bundle.keys import KEY_ENCODING
+from lr_opensearch.errors import BundleError, ConfigError
+from lr_opensearch.options import (
+    DEFAULT_WEIGHTS,
+    KINDS,
+    POOLINGS,
+    SEMANTICS,
+    SPARSE_HEADS,
+    choice,
+    validate_weights,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "lightretriever-bundle"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "lightretriever.json"
+TOKENIZER_FILE = "tokenizer.json"
+TABLES_DIR = "query_tables"
+DOC_ENCODER_DIR = "doc_encoder"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def _choice(field_name: str, value: str, valid: tuple[str, ...]) -> None:
+    choice(f"BundleConfig.{field_name}", value, valid, BundleError)
+
+
+@dataclass(frozen=True)
+class BundleConfig:
+    """What a bundle's model is and how its vectors are to be used (stored in the manifest)."""
+
+    backbone_name: str
+    architecture: str
+    kind: str
+    pooling: str
+    normalize: bool
+    dense_dim: int
+    served_dim: int
+    max_length: int
+    sparse_head: str
+    sparse_top_k: int = 256
+    sparse_min_weight: float = 0.0
+    key_encoding: str = KEY_ENCODING
+    instructions: Mapping[str, str] = field(default_factory=lambda: {"default": ""})
+    default_instruction: str = "default"
+    dense_weight: float = DEFAULT_WEIGHTS[0]
+    sparse_weight: float = DEFAULT_WEIGHTS[1]
+    bm25_weight: float = DEFAULT_WEIGHTS[2]
+    fusion_semantics: str = "opensearch"
+    remove_stopwords: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
+        _choice("kind", self.kind, KINDS)
+        _choice("pooling", self.pooling, POOLINGS)
+        _choice("sparse_head", self.sparse_head, SPARSE_HEADS)
+        _choice("fusion_semantics", self.fusion_semantics, SEMANTICS)
+        _choice("key_encoding", self.key_encoding, (KEY_ENCODING,))
+        if not 0 < self.served_dim <= self.dense_dim:
+            raise BundleError(
+                f"BundleConfig: served_dim={self.served_dim} must be in 1..dense_dim={self.dense_dim}"
+            )
+        if self.max_length < 1 or self.sparse_top_k < 1:
+            raise BundleError("BundleConfig: max_length and sparse_top_k must be >= 1")
+        try:
+            validate_weights((self.dense_weight, self.sparse_weight, self.bm25_weight),
+                             self.fusion_semantics)
+        except ConfigError as exc:
+            raise BundleError(f"BundleConfig: fusion weights: {exc}") from None
+        if not self.instructions:
+            raise BundleError("BundleConfig.instructions is empty; give at least {'default': ''}")
+        bad = [n for n in self.instructions if not _NAME_RE.match(n)]
+        if bad:
+            raise BundleError(
+                f"BundleConfig: instruction names {bad} are invalid; use 1-64 characters "
+                "[A-Za-z0-9_-] starting with a letter or digit (they name table files)"
+            )
+        if self.default_instruction not in self.instructions:
+            raise BundleError(
+                f"BundleConfig.default_instruction={self.default_instruction!r} is not one of "
+                f"the instructions {sorted(self.instructions)}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (instructions as a plain dict)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["instructions"] = dict(self.instructions)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "config") -> BundleConfig:
+        """Build from a dict; unknown keys are ignored with a warning, missing ones are errors."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            logger.warning("%s: ignoring unknown BundleConfig fields %s", source, unknown)
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if "dense_weight" in data and "bm25_weight" not in data:
+            data = {**data, "bm25_weight": 0.0}  # written before the BM25 leg: two legs
+        missing = [n for n in required if n not in data]
+        if missing:
+            raise BundleError(f"{source}: BundleConfig fields missing: {missing}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as exc:
+            raise BundleError(f"{source}: invalid BundleConfig: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def save_bundle(
+    out_dir: str | os.PathLike[str],
+    config: BundleConfig,
+    *,
+    tokenizer: Any,
+    tables: Mapping[str, np.ndarray],
+    doc_encoder_dir: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a bundle directory (atomically: built beside ``out_dir``, then renamed).
+
+    Args:
+        out_dir: the bundle directory to create.
+        config: the bundle's configuration.
+        tokenizer: path to a ``tokenizer.json`` (or a directory holding one) or a
+            ``tokenizers.Tokenizer``.
+        tables: instruction name -> query table ``[V, dense_dim]`` (any float dtype; stored
+            float16). Must have exactly the names of ``config.instructions``.
+        doc_encoder_dir: an HF ``save_pretrained`` directory copied to ``doc_encoder/``.
+        overwrite: replace an existing ``out_dir``.
+
+    Returns:
+        The bundle path.
+
+    Raises:
+        BundleError: on an existing ``out_dir`` without ``overwrite``, a missing or extra
+            table, a table whose shape disagrees with the tokenizer or ``dense_dim``, or
+            non-finite table values.
+    """
+    out = Path(out_dir)
+    if out.exists() and not overwrite:
+        raise BundleError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+    if out.exists() and not (out / MANIFEST_FILE).is_file() and any(out.iterdir()):
+        raise BundleError(f"{out} exists and is not a bundle; refusing to overwrite it, choose another path")
+    if set(tables) != set(config.instructions):
+        raise BundleError(
+            f"tables {sorted(tables)} must match the config instructions {sorted(config.instructions)}"
+        )
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = _write_contents(tmp, config, tokenizer, tables, doc_encoder_dir)
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("wrote bundle %s (id %s)", out, manifest["bundle_id"])
+    return out
+
+
+def _write_contents(
+    root: Path,
+    config: BundleConfig,
+    tokenizer: Any,
+    tables: Mapping[str, np.ndarray],
+    doc_encoder_dir: str | os.PathLike[str] | None,
+) -> dict[str, Any]:
+    tok = copy_tokenizer(tokenizer, root / TOKENIZER_FILE)
+    vocab_size = tok.get_vocab_size(with_added_tokens=True)
+    (root / TABLES_DIR).mkdir()
+    table_entries: dict[str, Any] = {}
+    for name, instruction in config.instructions.items():
+        rel = f"{TABLES_DIR}/{name}.safetensors"
+        shape = write_table(root / rel, tables[name], vocab_size, config.dense_dim, name)
+        table_entries[name] = {"instruction": instruction, "file": rel, "shape": shape,
+                               "dtype": "float16"}
+    doc_rel = None
+    if doc_encoder_dir is not None:
+        src = Path(doc_encoder_dir)
+        if not src.is_dir():
+            raise BundleError(f"doc_encoder_dir {src} is not a directory")
+        shutil.copytree(src, root / DOC_ENCODER_DIR)
+        doc_rel = DOC_ENCODER_DIR
+    files = hash_tree(root, skip=MANIFEST_FILE)
+    config_dict = config.to_dict()
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "library_version": __version__,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "bundle_id": compute_bundle_id(files, config_dict),
+        "config": config_dict,
+        "tokenizer": {"file": TOKENIZER_FILE, "vocab_size": vocab_size,
+                      "special_token_ids": tokenizer_specials(tok)},
+        "query_tables": table_entries,
+        "doc_encoder": doc_rel,
+        "files": files,
+    }
+
+
+def compute_bundle_id(files: Mapping[str, Mapping[str, Any]], config: Mapping[str, Any]) -> str:
+    """Hash of the sorted (path, sha256) list plus the canonical config JSON (32 hex chars)."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\t{files[rel]['sha256']}\n".encode())
+    h.update(json.dumps(dict(config), sort_keys=True, ensure_ascii=True).encode())
+    return h.hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+class Bundle:
+    """A loaded bundle. Build with :func:`load_bundle`.
+
+    Attributes:
+        path: the bundle directory.
+        config: its :class:`BundleConfig`.
+        bundle_id: hash over the file checksums and config (the index ``_meta`` records it).
+        manifest: the parsed ``lightretriever.json``.
+        tokenizer: the ``tokenizers.Tokenizer`` (as stored: padding/truncation untouched).
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any], tokenizer: Any, verify: bool):
+        self.path = path
+        self.manifest = manifest
+        self.config = BundleConfig.from_dict(manifest["config"], source=str(path / MANIFEST_FILE))
+        self.bundle_id: str = manifest["bundle_id"]
+        self.tokenizer = tokenizer
+        self._verify = verify
+        self._tables: dict[str, np.ndarray] = {}
+        self._doc_verified = False
+
+    def __repr__(self) -> str:
+        return f"Bundle({str(self.path)!r}, id={self.bundle_id}, backbone={self.config.backbone_name!r})"
+
+    @property
+    def vocab_size(self) -> int:
+        """V: rows of every query table (tokenizer vocabulary with added tokens)."""
+        return int(self.manifest["tokenizer"]["vocab_size"])
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids that never count as query tokens nor become sparse keys."""
+        return frozenset(int(i) for i in self.manifest["tokenizer"]["special_token_ids"])
+
+    @property
+    def instructions(self) -> Mapping[str, str]:
+        """Instruction name -> instruction text."""
+        return self.config.instructions
+
+    def resolve_instruction(self, name: str | None) -> str:
+        """The instruction name to use (``None`` -> the default); error lists valid names."""
+        name = self.config.default_instruction if name is None else name
+        if name not in self.manifest["query_tables"]:
+            raise BundleError(
+                f"bundle {self.path} has no instruction {name!r}; valid: {sorted(self.manifest['query_tables'])}"
+            )
+        return name
+
+    def table(self, name: str | None = None) -> np.ndarray:
+        """The query table of an instruction, memory-mapped on first use.
+
+        Returns:
+            ``[V, dense_dim]`` float16 read-only array.
+        """
+        name = self.resolve_instruction(name)
+        if name not in self._tables:
+            entry = self.manifest["query_tables"][name]
+            arr = read_table(self.path / entry["file"])
+            expected = (self.vocab_size, self.config.dense_dim)
+            if arr.shape != expected:
+                raise BundleError(
+                    f"{self.path / entry['file']}: table shape {list(arr.shape)} disagrees with the "
+                    f"tokenizer vocabulary size and dense_dim {list(expected)}"
+                )
+            self._tables[name] = arr
+        return self._tables[name]
+
+    @property
+    def doc_encoder_dir(self) -> Path:
+        """The HF ``save_pretrained`` directory of the document encoder (hashed on first use)."""
+        rel = self.manifest.get("doc_encoder")
+        if not rel:
+            raise BundleError(
+                f"bundle {self.path} has no doc_encoder/ (a query-only bundle); rebuild it with "
+                "`lr bundle build` or trainer export to encode documents"
+            )
+        if self._verify and not self._doc_verified:
+            verify_files(self.path, self.manifest["files"], rel + "/", MANIFEST_FILE)
+            self._doc_verified = True
+        return self.path / rel
+
+    def verify_all(self) -> None:
+        """Hash every file of the bundle now (raises BundleError naming the first bad one)."""
+        verify_files(self.path, self.manifest["files"], "", MANIFEST_FILE)
+        self._doc_verified = True
+
+
+def load_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
+    """Load a bundle directory without executing any code.
+
+    Args:
+        path: the bundle directory (or its ``lightretriever.json``).
+        verify: hash the tokenizer and tables now and the doc encoder on first use;
+            ``False`` only checks that the files exist with their recorded sizes.
+
+    Returns:
+        The :class:`Bundle`.
+
+    Raises:
+        BundleError: missing or foreign manifest, newer format version, missing file,
+            size or checksum mismatch (naming the file), table shape mismatch.
+    """
+    root = Path(path)
+    if root.name == MANIFEST_FILE and root.is_file():
+        root = root.parent
+    manifest = _read_manifest(root)
+    files = manifest["files"]
+    for rel, info in files.items():
+        p = root / rel
+        if not p.is_file():
+            raise BundleError(f"bundle {root}: file {rel} listed in {MANIFEST_FILE} is missing")
+        if p.stat().st_size != info["size"]:
+            raise BundleError(
+                f"bundle {root}: file {rel} has {p.stat().st_size} bytes, the manifest says "
+                f"{info['size']}; the bundle is corrupt or was modified - rebuild or re-copy it"
+            )
+    if compute_bundle_id(files, manifest["config"]) != manifest["bundle_id"]:
+        raise BundleError(f"bundle {root}: bundle_id does not match its file list; {MANIFEST_FILE} was edited")
+    doc_prefix = (manifest.get("doc_encoder") or "\0") + "/"
+    if verify:
+        query_side = {k: v for k, v in files.items() if not k.startswith(doc_prefix)}
+        verify_files(root, query_side, "", MANIFEST_FILE)
+    tokenizer = load_tokenizer(root / manifest["tokenizer"]["file"], int(manifest["tokenizer"]["vocab_size"]))
+    bundle = Bundle(root, manifest, tokenizer, verify)
+    for name in manifest["query_tables"]:
+        bundle.table(name)  # maps the file and checks its shape; rows are paged in lazily
+    return bundle
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    mpath = root / MANIFEST_FILE
+    if not mpath.is_file():
+        what = "does not exist" if not root.exists() else f"has no {MANIFEST_FILE}"
+        raise BundleError(
+            f"{root} {what}: not a LightRetriever bundle; build one with `lr bundle build` or trainer export"
+        )
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise BundleError(f"{mpath}: not valid JSON ({exc})") from None
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    if fmt != FORMAT_NAME:
+        raise BundleError(f"{mpath}: format is {fmt!r}, not {FORMAT_NAME!r}; this is not a LightRetriever bundle")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise BundleError(f"{mpath}: invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise BundleError(
+            f"{mpath}: bundle format version {version} was written by lr-opensearch "
+            f"{manifest.get('library_version', '?')}; this lr-opensearch {__version__} reads up to "
+            f"version {FORMAT_VERSION}. Upgrade lr-opensearch (pip install -U lr-opensearch)."
+        )
+    missing = [k for k in ("bundle_id", "config", "tokenizer", "query_tables", "files") if k not in manifest]
+    if missing:
+        raise BundleError(f"{mpath}: manifest fields missing: {missing}")
+    return manifest
+
+

@@ -1,0 +1,46 @@
+"""What every ``lr`` subcommand shares: connection arguments, the client they make, logging."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    """--url / --user / --password / --ca-certs / --insecure (env LR_OPENSEARCH_* defaults)."""
+    parser.add_argument("--url", default=None,
+                        help="cluster URL (default env LR_OPENSEARCH_URL or http://127.0.0.1:9200)")
+    parser.add_argument("--user", default=None, help="basic auth user (env LR_OPENSEARCH_USER)")
+    parser.add_argument("--password", default=None,
+                        help="basic auth password (env LR_OPENSEARCH_PASSWORD)")
+    parser.add_argument("--ca-certs", default=None,
+                        help="PEM CA bundle for https (env LR_OPENSEARCH_CA_CERTS)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="do not verify TLS certificates (self-signed test clusters only)")
+
+
+def client_from_args(args: argparse.Namespace, *, cluster: str = "opensearch") -> Any:
+    """The client for ``--url`` & co.: OpenSearch, or Elasticsearch for ``cluster``."""
+    from lr_opensearch.search.client import make_client, make_es_client
+
+    make = make_es_client if cluster == "elasticsearch" else make_client
+    return make(args.url, user=args.user, password=args.password,
+                       ca_certs=args.ca_certs, verify_certs=not args.insecure)
+
+
+def quiet_transport(args: argparse.Namespace) -> None:
+    """The engine clients log every HTTP request at INFO; keep that for ``lr -v``."""
+    if not getattr(args, "verbose", False):
+        for name in ("opensearch", "elastic_transport.transport"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
+    """Route logging to stderr; tqdm bars stay intact because they write to stderr too."""
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    if not verbose:  # one INFO line per HTTP request drowns what the commands say
+        for noisy in ("opensearch", "elastic_transport", "urllib3"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,113 @@
+"""``lr eval``: evaluate BM25, the full backbone and LightRetriever on BEIR-format data.
+
+    lr eval --dataset ../shared/data/scifact --bundle B [--index I]
+            [--runs bm25,full-dense,lr-dense,lr-sparse,lr-hybrid,lr-hybrid-linear]
+            [--out results/eval/scifact] [--json] [--compare]
+    lr eval --compare results/eval          # table of every report found there
+
+Indexes the corpus through the ingest library (an existing index is reused when its
+bundle matches and it holds the whole corpus), runs the judged queries in batches and
+writes ``report.json``, one TREC run file per run and ``sweep.png`` (dense-weight sweep,
+for display: the defaults stay 0.7/0.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.evaluation import compare_table, load_reports, parse_runs
+
+DEFAULT_OUT = Path("results") / "eval"
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    quiet_transport(args)
+    if not args.dataset:
+        if not args.compare:
+            raise ConfigError("give --dataset DIR (one or more), or --compare [REPORT_DIRS]")
+        print(compare_table(load_reports(args.compare or [DEFAULT_OUT])))
+        return 0
+    if args.bundle is None:
+        raise ConfigError("--bundle is required to evaluate a dataset")
+    if args.index and len(args.dataset) > 1:
+        raise ConfigError("--index names one index; give one --dataset with it")
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.evaluation.runs import EvalConfig, evaluate
+
+    bundle = load_bundle(args.bundle)
+    client = client_from_args(args)
+    reports: list[dict[str, Any]] = []
+    for ds in args.dataset:
+        name = Path(ds).resolve().name
+        out = (
+            Path(args.out) / name
+            if args.out and len(args.dataset) > 1
+            else Path(args.out or DEFAULT_OUT / name)
+        )
+        config = EvalConfig(
+            runs=tuple(parse_runs(args.runs)),
+            depth=args.depth,
+            batch_size=args.batch_size,
+            out_dir=out,
+            sweep=not args.no_sweep,
+            split=args.split,
+            url=args.url,
+        )
+        report = evaluate(ds, bundle, client, index=args.index, config=config)
+        reports.append(report)
+        if args.json:
+            print(json.dumps(report), flush=True)
+    if args.compare is not None:
+        extra = load_reports(args.compare) if args.compare else []
+        print(compare_table(reports + extra))
+    elif not args.json:
+        print(compare_table(reports))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``lr eval`` to the ``lr`` dispatcher."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate runs on a BEIR-format collection",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=[],
+        help="BEIR folder (corpus.jsonl[.gz], queries.jsonl[.gz], qrels/test.tsv); repeatable",
+    )
+    p.add_argument("--bundle", default=None, help="model bundle directory")
+    p.add_argument(
+        "--index", default=None, help="index to use/create (default lr-eval-<dataset>-<bundle id>)"
+    )
+    p.add_argument(
+        "--runs",
+        default=None,
+        help="comma list of runs (default all: bm25,full-dense,lr-dense,lr-sparse,"
+        "lr-hybrid,lr-hybrid-linear)",
+    )
+    p.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    p.add_argument("--depth", type=int, default=100, help="hits per query (default 100)")
+    p.add_argument("--batch-size", type=int, default=32, help="queries per _msearch (default 32)")
+    p.add_argument("--out", default=None, help="report directory (default results/eval/<dataset>)")
+    p.add_argument("--no-sweep", action="store_true", help="skip the dense-weight sweep")
+    p.add_argument(
+        "--json", action="store_true", help="print each report as one JSON object on stdout"
+    )
+    p.add_argument(
+        "--compare",
+        nargs="*",
+        default=None,
+        metavar="REPORTS",
+        help="print a table across runs/datasets (plus reports found in these dirs)",
+    )
+    add_connection_args(p)
+    p.set_defaults(func=_cmd_eval)

@@ -1,0 +1,202 @@
+"""``lr search``: hybrid / dense / sparse search from the command line (thin CLI).
+
+    lr search --bundle B --index I "what is a boundary layer" [--k 10 --mode hybrid
+        --weights 0.7,0.3 --fusion auto --semantics opensearch --explain --json --url URL]
+
+Prints a readable table (rank, id, title, fused / dense / sparse scores; ``--explain``
+adds the query tokens that contributed most to the sparse score), or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import parse_weights
+from lr_opensearch.search.hits import Hit
+from lr_opensearch.search.retriever import MODES
+
+TITLE_WIDTH = 48
+
+
+def _num(value: float | None, width: int = 8) -> str:
+    return f"{value:>{width}.4f}" if value is not None else " " * (width - 1) + "-"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_hits(query: str, hits: Sequence[Hit], *, explain: bool = False) -> str:
+    """A readable table of hits: rank, id, fused / dense / sparse scores, title.
+
+    ``dense`` is the query-document inner product, ``sparse`` the sparse dot product
+    (``-``: that sub-query did not return the document). With ``explain`` every row is
+    followed by the normalised scores, sub-query ranks and the top query tokens
+    (``token count x doc weight = contribution``).
+    """
+    lines = [f"query: {query}"]
+    if not hits:
+        lines.append("  (no hits)")
+        return "\n".join(lines)
+    id_width = max(4, *(len(h.doc_id) for h in hits))
+    title_width = max(
+        20, min(TITLE_WIDTH, shutil.get_terminal_size((120, 20)).columns - id_width - 40)
+    )
+    lines.append(f"{'rank':>4}  {'id':<{id_width}}  {'score':>8} {'dense':>8} {'sparse':>8}  title")
+    for h in hits:
+        lines.append(
+            f"{h.rank:>4}  {h.doc_id:<{id_width}}  {_num(h.score)} {_num(h.dense_score)} "
+            f"{_num(h.sparse_score)}  {_clip(h.title, title_width)}"
+        )
+        if explain and h.explanation is not None:
+            lines.extend(_explain_lines(h))
+    return "\n".join(lines)
+
+
+def _explain_lines(hit: Hit) -> list[str]:
+    e = hit.explanation
+    assert e is not None
+    pad = " " * 6
+
+    def part(name: str, raw: float | None, norm: float | None, rank: int | None) -> str:
+        if raw is None:
+            return f"{name} -"
+        extra = f", norm {norm:.4f}" if norm is not None else ""
+        return f"{name} {raw:.4f} (rank {rank}{extra})"
+
+    legs = [part("dense ip", e.dense_ip, e.dense_norm, e.dense_rank),
+            part("sparse", e.sparse_score, e.sparse_norm, e.sparse_rank)]
+    if e.bm25_score is not None or e.bm25_rank is not None:
+        legs.append(part("bm25", e.bm25_score, e.bm25_norm, e.bm25_rank))
+    out = [pad + " | ".join(legs)]
+    if e.top_tokens:
+        tokens = ", ".join(
+            f"{t.token!r} {t.query_count:g}x{t.doc_weight:.3f}={t.contribution:.3f}"
+            for t in e.top_tokens
+        )
+        out.append(f"{pad}top tokens: {tokens}")
+    elif e.sparse_from_tokens is None:
+        out.append(f"{pad}top tokens: (document has no stored lr_sparse)")
+    else:
+        out.append(f"{pad}top tokens: (no query token in the document)")
+    return out
+
+
+def hits_json(query: str, hits: Sequence[Hit]) -> dict[str, Any]:
+    """A JSON-ready dict for one query's hits."""
+    return {"query": query, "hits": [dataclasses.asdict(h) for h in hits]}
+
+
+def _weights(text: str | None) -> tuple[float, float, float] | None:
+    return None if text is None else parse_weights(text)
+
+
+def _filter(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--filter must be a JSON query clause, e.g. "
+            f'\'{{"term": {{"metadata.lang": "en"}}}}\': {exc}'
+        ) from exc
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    quiet_transport(args)
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.search import Retriever
+
+    bundle = load_bundle(args.bundle)
+    retriever = Retriever(
+        bundle,
+        client_from_args(args),
+        args.index,
+        fusion=args.fusion,
+        semantics=args.semantics,
+        weights=_weights(args.weights),
+        candidates=args.candidates,
+        ef_search=args.ef_search,
+        instruction=args.instruction,
+    )
+    results = retriever.search_batch(
+        args.query,
+        args.k,
+        mode=args.mode,
+        filter=_filter(args.filter),
+        from_=args.from_,
+        timeout=args.timeout,
+        explain=args.explain,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                [hits_json(q, h) for q, h in zip(args.query, results, strict=True)],
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        "\n\n".join(
+            format_hits(q, h, explain=args.explain)
+            for q, h in zip(args.query, results, strict=True)
+        )
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``lr search`` to the ``lr`` dispatcher."""
+    p = subparsers.add_parser(
+        "search",
+        help="hybrid / dense / sparse search with explanations",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("query", nargs="+", help="query text(s); several are sent in one _msearch")
+    p.add_argument("--bundle", required=True, help="model bundle directory")
+    p.add_argument("--index", required=True, help="index name")
+    p.add_argument("--k", type=int, default=10, help="hits per query (default 10)")
+    p.add_argument("--from", dest="from_", type=int, default=0, help="offset into the ranked list")
+    p.add_argument("--mode", choices=MODES, default="hybrid",
+                   help="hybrid (the bundle's legs), or one leg alone")
+    p.add_argument(
+        "--weights", default=None, help="weight per leg, e.g. dense=0.3,sparse=0.2,bm25=0.5 "
+        "(a leg left out is not searched; plain 0.7,0.3 means dense,sparse); default: the "
+        "bundle's"
+    )
+    p.add_argument(
+        "--fusion",
+        choices=("auto", "server", "client"),
+        default="auto",
+        help="hybrid fusion path (auto: server when the cluster has neural-search)",
+    )
+    p.add_argument(
+        "--semantics",
+        choices=("opensearch", "linear"),
+        default=None,
+        help="fusion semantics (default: the bundle's)",
+    )
+    p.add_argument("--filter", default=None, help="JSON query clause applied to both sub-queries")
+    p.add_argument(
+        "--instruction", default=None, help="query instruction name (default: the bundle's)"
+    )
+    p.add_argument("--candidates", type=int, default=100, help="hits per sub-query (default 100)")
+    p.add_argument("--ef-search", type=int, default=None, help="HNSW ef_search for the knn query")
+    p.add_argument("--timeout", default=None, help="engine timeout per search, e.g. 2s")
+    p.add_argument(
+        "--explain", action="store_true", help="show raw/normalised scores and top tokens"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_connection_args(p)
+    p.set_defaults(func=_cmd_search)

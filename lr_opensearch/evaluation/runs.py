@@ -1,0 +1,316 @@
+"""The evaluation runs: index a BEIR corpus, search its test queries, score, report.
+
+Runs (names as in the JSON report):
+
+* ``bm25``: OpenSearch's own ``multi_match`` over title + text (same index).
+* ``full-dense``: queries encoded by the bundle's full document encoder (the symmetric
+  backbone, instruction + query through the one document forward), dense knn only: the
+  quality ceiling LightRetriever's model-free queries are compared with.
+* ``lr-dense`` / ``lr-sparse``: the bundle's query encoder, one side only.
+* ``lr-hybrid``: the bundle's default legs, weights and semantics (new bundles: dense 0.3
+  / sparse 0.2 / BM25 0.5, ``opensearch``), fusion path ``auto``; ``lr-hybrid-linear``:
+  the same legs with the reference ``linear`` semantics.
+* ``lr-dense+sparse``, ``lr-dense+bm25``, ``lr-dense+sparse+bm25``: fixed legs with the
+  weights of :data:`NAMED_HYBRIDS` (chosen on SciFact train queries).
+
+QPS = queries / wall seconds of the whole run (encoding + ``_msearch`` + fusion) in
+batches. The weight sweep re-fuses the ``lr-dense`` and ``lr-sparse`` lists client side for
+dense weights 0..1; it is for display only and never changes the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from lr_opensearch.evaluation.beir import (
+    Dataset,
+    Run,
+    compute_metrics,
+    load_beir,
+    parse_runs,
+    write_trec,
+)
+from lr_opensearch.options import DEFAULT_WEIGHTS, LEGS
+from lr_opensearch.search.explain import score_from_inner_product
+from lr_opensearch.search.fusion import bundle_weights, fuse
+
+logger = logging.getLogger(__name__)
+
+SWEEP_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+# Hybrids with fixed legs; weights chosen on SciFact train queries (grid of 0.1, fitted
+# table, IDF sparse query weights), never on test judgments: docs/RESULTS.md.
+NAMED_HYBRIDS: dict[str, dict[str, float]] = {
+    "lr-dense+sparse": {"dense": 0.6, "sparse": 0.4},
+    "lr-dense+bm25": {"dense": 0.4, "bm25": 0.6},
+    "lr-dense+sparse+bm25": dict(zip(LEGS, DEFAULT_WEIGHTS, strict=True)),
+}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Settings of one ``lr eval`` run.
+
+    runs: run names (see :data:`lr_opensearch.evaluation.RUN_NAMES`).
+    depth: hits retrieved per query (R@100 needs 100).
+    batch_size: queries per ``_msearch`` / encoder batch.
+    out_dir: where report.json, runs/*.trec and sweep.png go (None: nothing written).
+    sweep: compute the dense-weight sweep (needs lr-dense and lr-sparse).
+    url: cluster URL given to ingest when the corpus must be indexed.
+    """
+
+    runs: tuple[str, ...] = tuple(parse_runs(None))
+    depth: int = 100
+    batch_size: int = 32
+    out_dir: Path | None = None
+    sweep: bool = True
+    split: str = "test"
+    url: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_index_name(dataset: Dataset, bundle: Any) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", dataset.name.lower()).strip("-") or "dataset"
+    return f"lr-eval-{slug}-{bundle.bundle_id[:10]}"
+
+
+def ensure_indexed(client: Any, dataset: Dataset, bundle: Any, index: str, url: str | None) -> str:
+    """Reuse ``index`` if it holds this bundle's encoding of the whole corpus; else ingest.
+
+    Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
+    """
+    from lr_opensearch.search.templates import check_index_bundle
+
+    if client.indices.exists(index=index):
+        check_index_bundle(client, index, bundle)
+        client.indices.refresh(index=index)
+        count = int(client.count(index=index)["count"])
+        if count == dataset.n_docs:
+            logger.info("reusing index %s (%d docs, bundle %s)", index, count, bundle.bundle_id)
+            return "reused"
+        logger.info("index %s has %d of %d docs: ingesting (resumes)", index, count, dataset.n_docs)
+    from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
+    from lr_opensearch.indexing.run import run as ingest_run
+
+    cfg = IngestConfig(
+        corpus=str(dataset.corpus_path),
+        bundle=str(bundle.path),
+        index=index,
+        connection=ConnectionConfig(url=url),
+    )
+    summary = ingest_run(cfg, client=client)
+    logger.info("ingested %s into %s: %s", dataset.corpus_path, index, summary.counts)
+    return "ingested"
+
+
+def _batched(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def timed_run(
+    name: str,
+    dataset: Dataset,
+    batch_size: int,
+    search: Callable[[list[str]], list[list[tuple[str, float]]]],
+) -> tuple[Run, float]:
+    """Run ``search`` over the queries in batches; returns the run and the wall seconds."""
+    qids = list(dataset.queries)
+    run: Run = {}
+    started = time.perf_counter()
+    for chunk in tqdm(
+        _batched(qids, batch_size), desc=f"{dataset.name} {name}", unit="batch", leave=False
+    ):
+        results = search([dataset.queries[q] for q in chunk])
+        for qid, hits in zip(chunk, results, strict=True):
+            run[qid] = hits
+    return run, time.perf_counter() - started
+
+
+def _hits(result: list[Any]) -> list[list[tuple[str, float]]]:
+    return [[(h.doc_id, h.score) for h in hits] for hits in result]
+
+
+def run_searches(
+    client: Any, bundle: Any, index: str, dataset: Dataset, config: EvalConfig
+) -> dict[str, tuple[Run, float]]:
+    """Every requested run: name -> (run, seconds)."""
+    from lr_opensearch.search import Retriever
+
+    k = config.depth
+    retriever = Retriever(bundle, client, index, candidates=k)
+    adapter = retriever.adapter
+    searches: dict[str, Callable[[list[str]], list[list[tuple[str, float]]]]] = {
+        "lr-dense": lambda t: _hits(retriever.search_batch(t, k, mode="dense")),
+        "lr-sparse": lambda t: _hits(retriever.search_batch(t, k, mode="sparse")),
+        "lr-hybrid": lambda t: _hits(retriever.search_batch(t, k)),
+        "lr-hybrid-linear": lambda t: _hits(retriever.search_batch(t, k, semantics="linear")),
+    }
+    for name, weights in NAMED_HYBRIDS.items():
+        searches[name] = partial(_hybrid, retriever, k, weights)
+
+    def bm25(texts: list[str]) -> list[list[tuple[str, float]]]:
+        bodies = [adapter.body(adapter.text_query(t), size=k, source=False) for t in texts]
+        return [
+            [(h.doc_id, h.score) for h in r.hits]
+            for r in adapter.msearch(index, bodies, what="bm25 search")
+        ]
+
+    searches["bm25"] = bm25
+    if "full-dense" in config.runs:
+        searches["full-dense"] = _full_dense(retriever, bundle, k)
+    out = {}
+    for name in config.runs:
+        out[name] = timed_run(name, dataset, config.batch_size, searches[name])
+        logger.info("%s %s: %.1f q/s", dataset.name, name, len(dataset.queries) / out[name][1])
+    return out
+
+
+def _hybrid(retriever: Any, k: int, weights: dict[str, float],
+            texts: list[str]) -> list[list[tuple[str, float]]]:
+    return _hits(retriever.search_batch(texts, k, weights=weights))
+
+
+def _full_dense(
+    retriever: Any, bundle: Any, k: int
+) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
+    """Queries through the full document encoder (loaded once, outside the timing)."""
+    from lr_opensearch.model import DocEncoder
+
+    encoder = DocEncoder.from_bundle(bundle)
+    instruction = bundle.instructions[bundle.resolve_instruction(None)]
+
+    def search(texts: list[str]) -> list[list[tuple[str, float]]]:
+        dense = encoder.encode([instruction + t for t in texts]).dense
+        return _hits(retriever.search_encoded(dense, None, k, mode="dense"))
+
+    return search
+
+
+def weight_sweep(
+    dense: Run, sparse: Run, qrels: dict[str, dict[str, int]], depth: int
+) -> dict[str, Any]:
+    """nDCG@10 / R@100 of client fusion for dense weights 0..1, both semantics.
+
+    ``dense`` holds inner products (lr-dense scores); the ``opensearch`` semantics fuses the
+    engine's transformed score, as the server would.
+    """
+    curves: dict[str, Any] = {"dense_weight": list(SWEEP_WEIGHTS)}
+    for semantics in ("opensearch", "linear"):
+        ndcg, recall = [], []
+        for w in SWEEP_WEIGHTS:
+            run: Run = {}
+            for qid in qrels:
+                d = dense.get(qid, [])
+                if semantics == "opensearch":
+                    d = [(doc, score_from_inner_product(s)) for doc, s in d]
+                fused = fuse(
+                    d,
+                    sparse.get(qid, []),
+                    weights=(w, round(1.0 - w, 1)),
+                    semantics=semantics,
+                    k=depth,
+                )
+                run[qid] = [(h.doc_id, h.score) for h in fused]
+            m = compute_metrics(qrels, run)
+            ndcg.append(m["ndcg@10"])
+            recall.append(m["recall@100"])
+        curves[semantics] = {"ndcg@10": ndcg, "recall@100": recall}
+    return curves
+
+
+def plot_sweep(curves: dict[str, Any], path: Path, title: str, default_weight: float) -> Path:
+    """A PNG of the sweep curves (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for semantics, style in (("opensearch", "-o"), ("linear", "--s")):
+        for metric in ("ndcg@10", "recall@100"):
+            ax.plot(
+                curves["dense_weight"],
+                curves[semantics][metric],
+                style,
+                markersize=3,
+                label=f"{metric} ({semantics})",
+            )
+    ax.axvline(
+        default_weight, color="grey", linestyle=":", label=f"default {default_weight} (not tuned)"
+    )
+    ax.set_xlabel("dense weight (sparse = 1 - dense)")
+    ax.set_ylabel("score")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def evaluate(
+    dataset_dir: str | Path,
+    bundle: Any,
+    client: Any,
+    *,
+    index: str | None = None,
+    config: EvalConfig | None = None,
+) -> dict[str, Any]:
+    """Index (or reuse), run, score and report one dataset; see the module docstring."""
+    config = config or EvalConfig()
+    dataset = load_beir(dataset_dir, config.split)
+    index = index or default_index_name(dataset, bundle)
+    indexing = ensure_indexed(client, dataset, bundle, index, config.url)
+    results = run_searches(client, bundle, index, dataset, config)
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "queries": len(dataset.queries),
+        "docs": dataset.n_docs,
+        "split": config.split,
+        "index": index,
+        "index_status": indexing,
+        "bundle": str(bundle.path),
+        "bundle_id": bundle.bundle_id,
+        "weights": list(bundle_weights(bundle.config)),
+        "legs": list(LEGS),
+        "semantics": bundle.config.fusion_semantics,
+        "depth": config.depth,
+        "runs": {},
+    }
+    for name, (run, seconds) in results.items():
+        metrics = compute_metrics(dataset.qrels, run)
+        report["runs"][name] = {
+            **metrics,
+            "qps": len(dataset.queries) / seconds,
+            "seconds": seconds,
+        }
+        if config.out_dir is not None:
+            write_trec(config.out_dir / "runs" / f"{name}.trec", run, name)
+    if config.sweep and {"lr-dense", "lr-sparse"} <= set(results):
+        curves = weight_sweep(
+            results["lr-dense"][0], results["lr-sparse"][0], dataset.qrels, config.depth
+        )
+        report["sweep"] = curves
+        if config.out_dir is not None:
+            png = plot_sweep(
+                curves,
+                config.out_dir / "sweep.png",
+                f"{dataset.name}: weight sweep",
+                bundle.config.dense_weight,
+            )
+            report["sweep_plot"] = str(png)
+    if config.out_dir is not None:
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        (config.out_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return report

@@ -1,0 +1,154 @@
+"""Put a corpus into an index: ``run(IngestConfig) -> IngestSummary``.
+
+The one indexing call of the project: ``python -m ingest.bulk`` / ``lr ingest`` (the app,
+with its worker launcher), ``lr eval`` and ``lr demo`` all call it. One run:
+
+1. loads the bundle, connects, creates the index from the template (or checks that the
+   existing index was built with this bundle: a mismatch stops here, nothing written);
+2. loads the checkpoint of this corpus / index / bundle / worker split, if any;
+3. switches the index to bulk-load settings (remembering the old ones in the checkpoint);
+4. reads, validates, encodes (length-sorted batches) and bulk-writes (writer thread),
+   checkpointing after every acknowledged chunk;
+5. restores the settings, refreshes, marks the checkpoint complete and returns the summary.
+
+Several local worker processes (``--workers N``) are the app's job: ``ingest.launcher``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.errors import ConfigError
+
+from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
+from .config import IngestConfig
+from .documents import SparseKeys
+from .index_setup import ensure_index
+from .pipeline import EncodePipeline
+from .progress import Progress
+from .reader import CorpusReader, Foreign, Rejection
+from .report import DeadLetter, IngestSummary
+from .session import begin_load, checkpoint_file, connect, dead_letter_path, end_load, load_state
+from .writer import BulkWriter
+
+logger = logging.getLogger(__name__)
+
+
+def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> IngestSummary:
+    """Ingest ``config.corpus`` into ``config.index``; see the module docstring.
+
+    Args:
+        config: the run's settings.
+        client: an OpenSearch client to use instead of connecting (tests, benchmarks).
+        encoder: a loaded ``DocEncoder`` of the same bundle to use instead of loading one.
+
+    Raises:
+        BundleMismatchError: the index exists with another bundle (nothing written).
+        IngestError: the cluster kept refusing writes, the corpus changed under a
+            checkpoint, ... (rerun the same command to resume).
+    """
+    if config.workers > 1 and config.worker_id is None:
+        raise ConfigError(f"run() is one worker; {config.workers} workers need a worker_id each, "
+                          "or the launcher: python -m ingest.bulk ... --workers N")
+    started = time.perf_counter()
+    bundle = load_bundle(config.bundle)
+    client = client if client is not None else connect(config)
+    ensure_index(client, config.index, bundle)
+    ck = checkpoint_file(config, bundle.bundle_id)
+    with ck.exclusive() if ck is not None else contextlib.nullcontext():
+        return _ingest(config, client, encoder, bundle, ck, started)
+
+
+def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Any,
+            ck: CheckpointFile | None, started: float) -> IngestSummary:
+    """``run`` once the index is checked and the checkpoint locked."""
+    state = load_state(config, ck)
+    summary = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
+                            resumed_from_line=state.line, checkpoint=str(ck.path) if ck else None)
+    if state.complete:
+        logger.info("%s is already fully ingested into %s (checkpoint %s); use --restart to "
+                    "ingest it again", config.corpus, config.index, ck.path if ck else "")
+        summary.counts, summary.complete = state.counts, True
+        summary.dead_letter = state.dead_letter
+        return summary
+    if config.bulk_settings.enabled:
+        begin_load(client, config, ck, state)
+    if encoder is None:
+        from lr_opensearch.model import DocEncoder
+
+        encoder = DocEncoder.from_bundle(bundle, device=config.device, batch_size=config.batch_size)
+    dl = DeadLetter(dead_letter_path(config, ck), corpus=config.corpus, index=config.index,
+                    keep_through_line=state.line)
+    state.dead_letter = summary.dead_letter = str(dl.path)
+    try:
+        _load(config, client, encoder, bundle, ck, state, dl, summary)
+    finally:
+        dl.close()
+    end_load(client, config, ck, state)
+    summary.counts, summary.complete = state.counts, True
+    summary.extra["wall_s"] = time.perf_counter() - started  # with model loading, settings
+    return summary
+
+
+def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Any, ck: CheckpointFile | None,
+          state: CheckpointState, dl: DeadLetter, summary: IngestSummary) -> None:
+    """Read, encode and write everything after the checkpoint; updates ``state``/``summary``."""
+    wm = Watermark(state.line, state.offset, state.counts)
+
+    def save_checkpoint() -> None:
+        if wm.advance() and ck is not None:
+            dl.sync()
+            state.line, state.offset, state.counts = wm.snapshot()
+            ck.save(state)
+
+    writer = BulkWriter(client, config.index, watermark=wm, dead_letter=dl,
+                        on_chunk_done=save_checkpoint, retry=config.retry,
+                        queue_chunks=config.queue_chunks,
+                        max_chunk_bytes=config.max_chunk_bytes).start()
+    pipeline = EncodePipeline(encoder, SparseKeys(bundle.tokenizer), writer, watermark=wm,
+                              dead_letter=dl, max_length=bundle.config.max_length,
+                              batch_size=config.batch_size, chunk_size=config.chunk_size,
+                              sort_window=config.sort_window, corpus=config.corpus)
+    reader = CorpusReader(config.corpus, worker=config.split, resume_line=state.line,
+                          resume_offset=state.offset)
+    t0 = time.perf_counter()
+    try:
+        with Progress(config, reader, initial_line=state.line) as progress:
+            for item in reader:
+                if isinstance(item, Foreign):
+                    wm.passed(item.line, item.end_offset)
+                elif isinstance(item, Rejection):
+                    wm.register(item.line, item.end_offset, SKIPPED, reason=item.reason)
+                    dl.add(line=item.line, doc_id=item.id, kind=SKIPPED, reason=item.reason,
+                           message=item.message, excerpt=item.excerpt)
+                else:
+                    wm.register(item.line, item.end_offset)
+                    pipeline.add(item)
+                progress.update(pipeline.encoded)
+            pipeline.finish()
+            writer.close()
+            progress.update(pipeline.encoded, force=True)
+    except BaseException:
+        writer.abort()  # no writes after run() has failed
+        raise
+    wm.advance()
+    dl.sync()
+    state.line, state.offset, state.counts = wm.snapshot()
+    if ck is not None:
+        ck.save(state)
+    summary.elapsed_s = time.perf_counter() - t0
+    summary.docs_this_run = pipeline.encoded
+    summary.encode_s, summary.wait_s = pipeline.encode_s, pipeline.wait_s
+    summary.write_s, summary.retries = writer.write_s, writer.retries
+    if wm.pending:  # internal invariant: every registered line got an outcome
+        raise AssertionError(f"{wm.pending} lines still pending after the writer finished")
+
+
+def exit_code(summary: IngestSummary) -> int:
+    """0: every record indexed; 3: complete, but some lines were skipped or failed."""
+    c = summary.counts
+    return 0 if c.failed == 0 and c.skipped == 0 else 3

@@ -1,0 +1,403 @@
+"""``Retriever``: from query text to ranked, explained hits on a LightRetriever index.
+
+Queries are encoded by the bundle's :class:`~lr_opensearch.query.QueryEncoder` (no model
+forward), then searched as dense (``knn``), sparse (``rank_feature`` dot product) or hybrid.
+Hybrid runs server side (``hybrid`` query + normalization search pipeline) when the cluster
+has neural-search and the semantics is ``opensearch``; otherwise both sub-queries go out in
+one ``_msearch`` and :mod:`lr_opensearch.search.fusion` fuses them. ``fusion="server"|"client"``
+forces a path.
+
+Every sub-query retrieves ``depth = max(candidates, from_ + k)`` hits (knn ``k`` = depth),
+the fused list is cut to ``[from_, from_ + k)``; server and client paths see the same lists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import choice
+from lr_opensearch.search.engine import EngineResult, Filter
+from lr_opensearch.search.fusion import FusionConfig, bundle_weights, fusion_config
+from lr_opensearch.search.hits import (
+    Hit,
+    SearchRequest,
+    assemble_client,
+    assemble_server,
+    assemble_single,
+    client_fusion,
+)
+from lr_opensearch.search.opensearch import OpenSearchAdapter
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "dense", "sparse", "bm25")  # hybrid, or one leg alone
+FUSION_PATHS = ("auto", "server", "client")
+DEFAULT_CANDIDATES = 100
+
+
+def make_adapter(client: Any) -> Any:
+    """The engine adapter for a client: Elasticsearch clients get the ES adapter."""
+    if type(client).__module__.split(".")[0] == "elasticsearch":
+        from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
+
+        return ElasticsearchAdapter(client)
+    return OpenSearchAdapter(client)
+
+
+def _timeout(timeout: float | str | None) -> str | None:
+    if timeout is None or isinstance(timeout, str):
+        return timeout
+    return f"{max(1, int(round(float(timeout) * 1000)))}ms"
+
+
+class Retriever:
+    """Search a LightRetriever index with a bundle's query encoder.
+
+    Args:
+        bundle: a loaded :class:`~lr_opensearch.bundle.Bundle`.
+        client: an OpenSearch (or Elasticsearch) client.
+        index: the index name; its ``_meta`` bundle id must equal ``bundle.bundle_id``.
+        fusion: ``auto`` (server when possible), ``server`` or ``client``.
+        semantics: fusion semantics, default the bundle's (``opensearch`` or ``linear``).
+        weights: per leg: (dense, sparse[, bm25]) or ``{leg: weight}``, default the bundle's
+            (a leg of weight 0 is not searched; BM25 runs ``multi_match`` over title + text).
+        normalization / combination / rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
+        candidates: hits retrieved per sub-query (at least ``from_ + k``).
+        ef_search: HNSW ``ef_search`` for the knn query (None: the index default).
+        instruction: default query instruction name (None: the bundle's default).
+        encoder: a ready query encoder (default: ``QueryEncoder(bundle)``).
+        check_bundle: verify the index ``_meta`` bundle id first (default True).
+    """
+
+    def __init__(
+        self,
+        bundle: Any,
+        client: Any,
+        index: str,
+        *,
+        fusion: str = "auto",
+        semantics: str | None = None,
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        normalization: str = "min_max",
+        combination: str = "arithmetic_mean",
+        rank_constant: int = 60,
+        candidates: int = DEFAULT_CANDIDATES,
+        ef_search: int | None = None,
+        instruction: str | None = None,
+        encoder: Any = None,
+        check_bundle: bool = True,
+    ):
+        self.bundle = bundle
+        self.index = index
+        self.adapter = make_adapter(client)
+        self.fusion = self._choice("fusion", fusion, FUSION_PATHS)
+        cfg = bundle.config
+        self.defaults = fusion_config(
+            weights if weights is not None else bundle_weights(cfg),
+            semantics or cfg.fusion_semantics,
+            normalization,
+            combination,
+            rank_constant,
+        )
+        if candidates < 1:
+            raise ConfigError(f"candidates must be >= 1, got {candidates}")
+        self.candidates = int(candidates)
+        self.ef_search = ef_search
+        self.instruction = instruction
+        if check_bundle:
+            self.adapter.check_bundle(index, bundle)
+        if encoder is None:
+            from lr_opensearch.query import QueryEncoder
+
+            encoder = QueryEncoder(bundle, instruction=instruction)
+        self.encoder = encoder
+
+    @staticmethod
+    def _choice(name: str, value: str, valid: Sequence[str]) -> str:
+        return choice(name, value, valid)
+
+    # ---- public API ----------------------------------------------------------------
+    def search(
+        self, text: str | Sequence[str], k: int = 10, **kwargs: Any
+    ) -> list[Hit] | list[list[Hit]]:
+        """Search one text (-> list of hits) or several (-> one list per text).
+
+        Keyword arguments are those of :meth:`search_batch`.
+        """
+        if isinstance(text, str):
+            return self.search_batch([text], k, **kwargs)[0]
+        return self.search_batch(list(text), k, **kwargs)
+
+    def search_batch(
+        self,
+        texts: Sequence[str],
+        k: int = 10,
+        *,
+        mode: str = "hybrid",
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        fusion: str | None = None,
+        semantics: str | None = None,
+        filter: Filter = None,
+        instruction: str | None = None,
+        from_: int = 0,
+        source: Any = None,
+        timeout: float | str | None = None,
+        explain: bool = False,
+    ) -> list[list[Hit]]:
+        """Encode and search a batch of texts through ``_msearch``.
+
+        Args:
+            texts: query texts (each must tokenize to at least one token).
+            k: hits per query; from_: offset into the ranked (fused) list.
+            mode: ``hybrid``, or one leg alone: ``dense``, ``sparse`` or ``bm25``.
+            weights, semantics: override the retriever's fusion defaults.
+            fusion: ``auto``, ``server`` or ``client`` (default: the retriever's).
+            filter: a query clause or list of clauses applied to both sub-queries.
+            instruction: query instruction name (default: the retriever's / bundle's).
+            source: ``_source`` selection (None: everything except the vector fields;
+                False: nothing; a list of fields; or an engine ``_source`` object).
+            timeout: per-search engine timeout (seconds or an engine string like "2s").
+            explain: attach an :class:`Explanation` to every hit.
+        """
+        texts = list(texts)
+        if mode == "bm25":  # no encoding: the engine analyses the text
+            return self.search_encoded(None, None, k, mode=mode, texts=texts, filter=filter,
+                                       from_=from_, source=source, timeout=timeout,
+                                       explain=explain)
+        batch = self.encoder.encode_batch(texts, instruction=instruction or self.instruction)
+        return self.search_encoded(
+            batch.dense,
+            batch.sparse,
+            k,
+            texts=texts,
+            mode=mode,
+            weights=weights,
+            fusion=fusion,
+            semantics=semantics,
+            filter=filter,
+            from_=from_,
+            source=source,
+            timeout=timeout,
+            explain=explain,
+        )
+
+    def search_encoded(
+        self,
+        dense: np.ndarray | None,
+        sparse: Sequence[Mapping[str, float]] | None,
+        k: int = 10,
+        *,
+        texts: Sequence[str] | None = None,
+        mode: str = "hybrid",
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        fusion: str | None = None,
+        semantics: str | None = None,
+        filter: Filter = None,
+        from_: int = 0,
+        source: Any = None,
+        timeout: float | str | None = None,
+        explain: bool = False,
+    ) -> list[list[Hit]]:
+        """Search already encoded queries. dense: [n, served_dim] float32; sparse: n
+        key->weight maps; texts: the n query texts (needed by the BM25 leg).
+
+        Lets other query encoders (e.g. the full backbone, for baselines) share this path.
+        """
+        req = self._request(
+            k, mode, weights, fusion, semantics, filter, from_, source, timeout, explain
+        )
+        given = {"dense": dense, "sparse": sparse, "bm25": texts}
+        needs = {"dense": "dense query vectors", "sparse": "sparse query maps",
+                 "bm25": "the query texts (texts=...)"}
+        for leg in req.legs:
+            if given[leg] is None:
+                raise ConfigError(f"mode {mode!r} with legs {', '.join(req.legs)} needs "
+                                  f"{needs[leg]}")
+        n = len(next(v for v in (given[leg] for leg in req.legs) if v is not None))
+        if n == 0:
+            return []
+        sub = self._sub_queries(dense, sparse, texts, req, n)
+        if req.path == "server":
+            return self._run_server(sub, sparse, req)
+        fetch = self._fetch_after(req)
+        bodies = [
+            self.adapter.body(q, size=self._size(req), source=False if fetch else req.source,
+                              timeout=req.timeout)
+            for pair in sub
+            for q in pair
+        ]
+        results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
+        per = len(sub[0])
+        grouped = [results[i * per : (i + 1) * per] for i in range(n)]
+        if req.path == "single":
+            return [assemble_single(res[0], sparse[i] if sparse is not None else None, req)
+                    for i, res in enumerate(grouped)]
+        tables = [client_fusion(res, req.config) for res in grouped]
+        fetched = None
+        if fetch:
+            page = [row[0] for table in tables for row in table[req.from_ : req.depth]]
+            fetched = self.adapter.fetch_sources(self.index, page, req.source)
+        return [
+            assemble_client(res, sparse[i] if sparse is not None else None, req, fetched, table)
+            for i, (res, table) in enumerate(zip(grouped, tables, strict=True))
+        ]
+
+    # ---- internals -----------------------------------------------------------------
+    def _request(
+        self,
+        k: int,
+        mode: str,
+        weights: Sequence[float] | Mapping[str, float] | None,
+        fusion: str | None,
+        semantics: str | None,
+        filter: Filter,
+        from_: int,
+        source: Any,
+        timeout: float | str | None,
+        explain: bool,
+    ) -> SearchRequest:
+        self._choice("mode", mode, MODES)
+        if k < 1 or from_ < 0:
+            raise ConfigError(f"k must be >= 1 and from_ >= 0, got k={k}, from_={from_}")
+        d = self.defaults
+        config = d
+        if weights is not None or semantics is not None:
+            config = fusion_config(
+                weights if weights is not None else d.weights,
+                semantics or d.semantics,
+                d.normalization,
+                d.combination,
+                d.rank_constant,
+            )
+        path = "single" if mode != "hybrid" else self._resolve_path(fusion or self.fusion, config)
+        src, strip = self._source_spec(source, explain)
+        return SearchRequest(
+            k,
+            from_,
+            mode,
+            path,
+            config,
+            filter,
+            src,
+            strip,
+            _timeout(timeout),
+            explain,
+            sparse_field=self.adapter.sparse_field,
+        )
+
+    def _resolve_path(self, fusion: str, config: FusionConfig) -> str:
+        self._choice("fusion", fusion, FUSION_PATHS)
+        if fusion == "client":
+            return "client"
+        why = None
+        if config.semantics != "opensearch":
+            why = f"semantics {config.semantics!r} exists only client side"
+        elif not self.adapter.server_hybrid_available():
+            why = f"the {self.adapter.engine} cluster has no neural-search (hybrid query)"
+        if why is None:
+            return "server"
+        if fusion == "server":
+            raise ConfigError(f"server-side fusion is not possible: {why}; use fusion='client'")
+        logger.debug("client-side fusion: %s", why)
+        return "client"
+
+    def _source_spec(self, source: Any, explain: bool) -> tuple[Any, bool]:
+        """(engine _source spec, strip lr_sparse from returned sources?)."""
+        dense_f, sparse_f = self.adapter.dense_field, self.adapter.sparse_field
+        if not explain:
+            if source is None:
+                return {"excludes": [dense_f, sparse_f]}, False
+            if isinstance(source, (list, tuple)):
+                return list(source), False
+            return source, False
+        if source is None:
+            return {"excludes": [dense_f]}, True
+        if source is False:
+            return {"includes": [sparse_f]}, True
+        if isinstance(source, (list, tuple)):
+            return [*source, sparse_f], sparse_f not in source
+        return source, False
+
+    def _fetch_after(self, req: SearchRequest) -> bool:
+        """Whether the candidates are searched without ``_source`` and the page's sources
+        fetched after (hybrid: ``candidates`` hits per sub-query, only ``k`` returned)."""
+        return req.source is not False and req.path != "single" and self._size(req) > req.depth
+
+    def _size(self, req: SearchRequest) -> int:
+        return max(self.candidates, req.depth) if req.path != "single" else req.depth
+
+    def _sub_queries(
+        self,
+        dense: np.ndarray | None,
+        sparse: Sequence[Mapping[str, float]] | None,
+        texts: Sequence[str] | None,
+        req: SearchRequest,
+        n: int,
+    ) -> list[tuple[dict[str, Any], ...]]:
+        """Per query, one sub-query per leg in ``req.legs`` order."""
+        knn_k = max(self.candidates, req.depth)
+        out: list[tuple[dict[str, Any], ...]] = []
+        for i in range(n):
+            parts: list[dict[str, Any]] = []
+            for leg in req.legs:
+                if leg == "dense":
+                    assert dense is not None
+                    parts.append(self.adapter.dense_query(
+                        dense[i], k=knn_k, filter=req.filter, ef_search=self.ef_search))
+                elif leg == "sparse":
+                    assert sparse is not None
+                    parts.append(self.adapter.sparse_query(sparse[i], filter=req.filter))
+                else:
+                    assert texts is not None
+                    parts.append(self.adapter.text_query(texts[i], filter=req.filter))
+            out.append(tuple(parts))
+        return out
+
+    def _run_server(
+        self,
+        sub: list[tuple[dict[str, Any], ...]],
+        sparse: Sequence[Mapping[str, float]] | None,
+        req: SearchRequest,
+    ) -> list[list[Hit]]:
+        pipeline = self.adapter.hybrid_pipeline(req.config)
+        size = self._size(req)
+        fetch = self._fetch_after(req)
+        source = False if fetch else req.source
+        bodies = [
+            self.adapter.body(
+                self.adapter.hybrid_query(*pair),
+                size=size,
+                source=source,
+                timeout=req.timeout,
+                pipeline=pipeline,
+            )
+            for pair in sub
+        ]
+        fused = self.adapter.msearch(self.index, bodies, what="hybrid search")
+        parts: list[list[EngineResult]] = [[] for _ in sub]
+        if req.explain:  # the sub-queries' own scores, to explain the server's fusion
+            sub_bodies = [
+                self.adapter.body(q, size=size, source=source, timeout=req.timeout)
+                for pair in sub
+                for q in pair
+            ]
+            flat = self.adapter.msearch(self.index, sub_bodies, what="hybrid explain")
+            per = len(req.legs)
+            parts = [flat[per * i : per * (i + 1)] for i in range(len(sub))]
+        fetched = None
+        if fetch:
+            page = [h.doc_id for res in fused for h in res.hits[req.from_ : req.depth]]
+            fetched = self.adapter.fetch_sources(self.index, page, req.source)
+        out = []
+        for i, res in enumerate(fused):
+            query_sparse = sparse[i] if sparse is not None else None
+            out.append(assemble_server(res, parts[i], query_sparse, req, fetched))
+        return out
+
+
+__all__ = ["Hit", "Retriever", "make_adapter"]

@@ -1,0 +1,126 @@
+"""The package structure: no import circles, and the library never imports the apps.
+
+The import graph is read from the source (every ``import``, also inside functions; not the
+ones under ``if TYPE_CHECKING:``, which never run). Importing ``a.b.c`` runs ``a/__init__``
+and ``a/b/__init__`` too, so those count as edges, except packages the importer is itself
+inside (they are already being initialised: the usual re-export pattern).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("lr_opensearch", "ingest", "trainer")
+APPS = ("ingest", "trainer")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _runtime_imports(tree: ast.AST) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, level) of every import not under ``if TYPE_CHECKING``."""
+    out: list[tuple[str, list[str], int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend((a.name, [], 0) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", [a.name for a in node.names], node.level))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for module, names, level in _runtime_imports(ast.parse(path.read_text(), str(path))):
+            if level:  # relative: resolve against the importer's package
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (level - 1)]
+                module = ".".join([*base, module] if module else base)
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            targets.append(module)
+            for target in targets:
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):
+                    dep = ".".join(parts[:i])
+                    inside = name == dep or name.startswith(dep + ".")
+                    if dep in modules and dep != name and not inside:
+                        graph[name].add(dep)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = dfs(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = dfs(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_sees_known_edges() -> None:
+    graph = _graph()
+    assert "lr_opensearch.bundle" in graph["lr_opensearch.query.encoder"]
+    assert "lr_opensearch.indexing.run" in graph["ingest.cli"]
+    assert "lr_opensearch.indexing" in graph["ingest.cli"]  # the package __init__ runs too
+    assert "trainer.modeling" in graph["trainer.export"]  # an import inside a function
+
+
+def test_no_import_circles() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_a_circle_is_found() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_library_never_imports_the_apps() -> None:
+    graph = _graph()
+    bad = sorted((m, d) for m, deps in graph.items() if m.startswith("lr_opensearch")
+                 for d in deps if d.split(".")[0] in APPS)
+    assert not bad, f"lr_opensearch imports an application: {bad}"
+
+
+def test_public_surface() -> None:
+    import lr_opensearch
+
+    for name in ("Retriever", "QueryEncoder", "load_bundle", "make_client", "Bundle", "fuse"):
+        assert name in lr_opensearch.__all__ and callable(getattr(lr_opensearch, name))
