@@ -112,3 +112,28 @@ def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> Non
     plain, _ = tiny_bert()
     plain_out = DocEncoder(plain, tok, max_length=64, device="cpu").encode(SENTENCES[:3])
     assert np.abs(plain_out.dense - before.dense).max() > 1e-3  # the adapter changed the model
+
+
+def test_fitted_tables_approach_the_full_model_end_to_end(tmp_path: Path) -> None:
+    """Decoder + byte-level BPE (the tokenizer path without the word cache): the fitted
+    bundle's model-free dense queries are closer to the full model's than the unfitted."""
+    model, tok = tiny_llama()
+    model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
+                              for i, s in enumerate(SENTENCES)))
+    kw = {"instructions": {"default": "Query: "}, "batch_size": 64, "max_length": 64, "progress": False}
+    plain = load_bundle(build_bundle(model_dir, tmp_path / "plain", **kw))
+    fitted = load_bundle(build_bundle(model_dir, tmp_path / "fit", fit_corpora=[corpus],
+                                      fit_max_queries=400, **kw))
+    queries = [" ".join(s.split()[:6]) for s in SENTENCES]
+    full = DocEncoder.from_bundle(fitted, device="cpu").encode(["Query: " + q for q in queries]).dense
+
+    def cosine(bundle) -> float:  # noqa: ANN001
+        dense = QueryEncoder(bundle).encode_batch(queries).dense
+        return float(np.mean(np.sum(dense * full, 1) / np.linalg.norm(dense, axis=1)
+                             / np.linalg.norm(full, axis=1)))
+
+    print(f"\ncosine to the full model: unfitted {cosine(plain):.3f}, fitted {cosine(fitted):.3f}")
+    assert cosine(fitted) > cosine(plain) + 0.05
+    assert plain.sparse_weights_kind == "count" and fitted.sparse_weights_kind == "idf"

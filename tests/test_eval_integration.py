@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from ingest_support import build_tiny_bundle
 
-from lr_opensearch.evaluation import compute_metrics, load_beir, read_trec
+from lr_opensearch.evaluation import RUN_NAMES, compute_metrics, load_beir, read_trec
 
 pytestmark = pytest.mark.node
 
@@ -86,13 +86,9 @@ def test_lr_eval_end_to_end(
         report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
         assert report["index_status"] == "ingested"
-        assert set(report["runs"]) == {
-            "bm25",
-            "full-dense",
-            "lr-dense",
-            "lr-sparse",
-            "lr-hybrid",
-            "lr-hybrid-linear",
+        assert set(report["runs"]) == set(RUN_NAMES) == {
+            "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
+            "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25",
         }
         qrels = load_beir(data).qrels
         for name, metrics in report["runs"].items():

@@ -5,6 +5,12 @@ all-MiniLM-L6-v2), caches one query table per instruction (row t = the document 
 ``instruction + t``, see ``LightRetrieverModel.token_table``), saves the doc encoder and
 writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` calls
 ``build_bundle_from_model`` with its merged model: the same code path.
+
+With fit corpora (``lr bundle build --fit-corpus``), the tables are then fitted so that the
+mean of a query's rows approximates the full model's embedding of the query, and IDF
+sparse query weights are computed (``lr_opensearch.bundle.fit``); the targets come from
+the model's own document forward through ``DocEncoder``, exactly as the ``full-dense``
+evaluation run encodes a query.
 """
 
 from __future__ import annotations
@@ -12,13 +18,14 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
+from lr_opensearch.bundle.fit import MAX_QUERIES, FitResult, fit_bundle_tables
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.packaged import PACKAGED_MODEL_NAME, packaged_model_dir
 
@@ -55,6 +62,9 @@ def build_bundle(
     batch_size: int = 256,
     overwrite: bool = False,
     progress: bool = True,
+    fit_corpora: Sequence[str | Path] = (),
+    fit_queries: Sequence[str | Path] = (),
+    fit_max_queries: int = MAX_QUERIES,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -73,6 +83,10 @@ def build_bundle(
         batch_size: table rows per forward pass.
         overwrite: replace an existing bundle.
         progress: show progress bars.
+        fit_corpora: corpus files to fit the tables and IDF query weights to (none: the
+            unfitted table, count query weights); see ``build_bundle_from_model``.
+        fit_queries: optional real training query files added to the pseudo-queries.
+        fit_max_queries: cap on the fit's (pseudo-)queries.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
 
     Returns:
@@ -92,7 +106,8 @@ def build_bundle(
     return build_bundle_from_model(
         model, tokenizer, out_dir, instructions=instructions,
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
-        batch_size=batch_size, overwrite=overwrite, progress=progress, **config_fields)
+        batch_size=batch_size, overwrite=overwrite, progress=progress, fit_corpora=fit_corpora,
+        fit_queries=fit_queries, fit_max_queries=fit_max_queries, **config_fields)
 
 
 def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
@@ -126,6 +141,9 @@ def build_bundle_from_model(
     batch_size: int = 256,
     overwrite: bool = False,
     progress: bool = True,
+    fit_corpora: Sequence[str | Path] = (),
+    fit_queries: Sequence[str | Path] = (),
+    fit_max_queries: int = MAX_QUERIES,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -140,6 +158,11 @@ def build_bundle_from_model(
         batch_size: table rows per forward pass.
         overwrite: replace an existing bundle.
         progress: show progress bars.
+        fit_corpora: corpus files (BEIR JSONL[.gz] or text); when given, every table is
+            fitted to pseudo-queries cut from them and the bundle ships IDF sparse query
+            weights; the manifest's ``fit`` records how.
+        fit_queries: optional real training query files added to the pseudo-queries.
+        fit_max_queries: cap on the fit's (pseudo-)queries.
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
@@ -154,9 +177,36 @@ def build_bundle_from_model(
         served_dim=served_dim or model.hidden_size, max_length=max_length,
         sparse_head=model.head.kind, instructions=instructions, **config_fields)
     tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress)
+    weights, fit = None, None
+    if fit_corpora:
+        result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
+                            queries=fit_queries, max_queries=fit_max_queries, progress=progress)
+        tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
         model.save_pretrained(doc_dir)
         tokenizer.save(str(doc_dir / "tokenizer.json"))
         return save_bundle(out_dir, config, tokenizer=tokenizer, tables=tables,
-                           doc_encoder_dir=doc_dir, overwrite=overwrite)
+                           doc_encoder_dir=doc_dir, overwrite=overwrite,
+                           sparse_weights=weights, fit=fit)
+
+
+def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
+               instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
+               queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
+               progress: bool = True) -> FitResult:
+    """``fit.fit_bundle_tables`` with targets from the model's document forward.
+
+    A target is ``DocEncoder.encode([instruction + query]).dense`` at the full dense dim:
+    what the ``full-dense`` evaluation run computes for a query.
+    """
+    from lr_opensearch.model import DocEncoder
+
+    was_training = model.training
+    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64)
+    try:
+        return fit_bundle_tables(tokenizer, tables, instructions,
+                                 lambda texts: encoder.encode(texts).dense, corpora,
+                                 queries=queries, max_queries=max_queries, progress=progress)
+    finally:
+        model.train(was_training)

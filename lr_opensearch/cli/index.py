@@ -14,7 +14,7 @@ from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
 def _cmd_create(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.search.client import cluster_capabilities
-    from lr_opensearch.search.templates import check_index_bundle, create_index
+    from lr_opensearch.search.templates import create_index
 
     bundle = load_bundle(args.bundle)
     if args.cluster == "elasticsearch":
@@ -25,12 +25,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
         raise EngineError(f"the cluster (OpenSearch {caps.version}) has no k-NN plugin on every "
                           f"node (plugins: {', '.join(caps.plugins) or 'none'}); lr indices "
                           "need it for the dense field")
-    if client.indices.exists(index=args.index):
-        if not args.exist_ok:
-            raise EngineError(f"index {args.index!r} already exists; pass --exist-ok to accept "
-                              "it when it was built with this bundle, or pick another name")
-        check_index_bundle(client, args.index, bundle)
-        print(f"index {args.index} exists and matches bundle {bundle.bundle_id}")
+    if _exists(client, args, bundle):
         return 0
     create_index(client, args.index, bundle, engine=args.engine, m=args.m,
                  ef_construction=args.ef_construction, shards=args.shards,
@@ -40,19 +35,29 @@ def _cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exists(client: Any, args: argparse.Namespace, bundle: Any) -> bool:
+    """True when the index exists and was built with ``bundle`` (``--exist-ok``); an error
+    when it exists otherwise; False when it must be created."""
+    from lr_opensearch.search.templates import check_index_bundle
+
+    if not client.indices.exists(index=args.index):
+        return False
+    if not args.exist_ok:
+        raise EngineError(f"{args.cluster} index {args.index!r} already exists; pass "
+                          "--exist-ok to accept it when it was built with this bundle, or "
+                          "pick another name")
+    check_index_bundle(client, args.index, bundle)
+    print(f"index {args.index} exists and matches bundle {bundle.bundle_id}")
+    return True
+
+
 def _create_es(args: argparse.Namespace, bundle: Any) -> int:
     """``lr index create --cluster elasticsearch``: ``dense_vector`` + ``sparse_vector`` (or
     ``rank_features``, with ``--sparse-type``) for the Elasticsearch adapter."""
     from lr_opensearch.search.elasticsearch import create_es_index
-    from lr_opensearch.search.templates import check_index_bundle
 
     client = client_from_args(args, cluster="elasticsearch")
-    if client.indices.exists(index=args.index):
-        if not args.exist_ok:
-            raise EngineError(f"Elasticsearch index {args.index!r} already exists; pass "
-                              "--exist-ok to accept it when it was built with this bundle")
-        check_index_bundle(client, args.index, bundle)
-        print(f"index {args.index} exists and matches bundle {bundle.bundle_id}")
+    if _exists(client, args, bundle):
         return 0
     create_es_index(client, args.index, bundle, sparse_type=args.sparse_type, m=args.m,
                     ef_construction=args.ef_construction, shards=args.shards,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from lr_opensearch.bundle import load_bundle
@@ -56,11 +57,24 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
                           "or the launcher: python -m ingest.bulk ... --workers N")
     started = time.perf_counter()
     bundle = load_bundle(config.bundle)
+    _fit_hint(bundle, config)
     client = client if client is not None else connect(config)
     ensure_index(client, config.index, bundle)
     ck = checkpoint_file(config, bundle.bundle_id)
     with ck.exclusive() if ck is not None else contextlib.nullcontext():
         return _ingest(config, client, encoder, bundle, ck, started)
+
+
+def _fit_hint(bundle: Any, config: IngestConfig) -> None:
+    """One hint when the bundle's query tables were fitted to other corpora than this one."""
+    from lr_opensearch.bundle.fit import fitted_on
+
+    corpus = config.corpus
+    if bundle.fit and not config.is_stdin and Path(corpus).is_file() and not fitted_on(bundle.fit, corpus):
+        logger.info("hint: bundle %s was fitted to %s, not to %s; queries over this corpus are "
+                    "best served by a bundle fitted to it (lr bundle build --fit-corpus %s)",
+                    bundle.path, [c["name"] for c in bundle.fit["corpora"]], config.corpus,
+                    config.corpus)
 
 
 def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Any,

@@ -6,7 +6,13 @@ LightRetriever encodes a query without running a model:
   query's tokens (special tokens excluded, repeats counted), accumulated in float32,
   truncated to the bundle's ``served_dim``;
 * **sparse** = ``{encode_key(token): count}`` over the same tokens (minus stopwords and
-  punctuation when the bundle was trained with ``remove_stopwords``).
+  punctuation when the bundle was trained with ``remove_stopwords``); when the bundle
+  ships per-token weights (``sparse_query_weights``: IDF from its fit corpus), each
+  DISTINCT token weighs ``idf[token]`` instead of its count.
+
+The table is used as stored: rows are never re-normalised (``normalize`` in the bundle
+config only says the build normalised each unfitted row; a fitted table's row norms carry
+each token's weight in the mean).
 
 Batches are vectorised: tokenization by :class:`~lr_opensearch.query.tokens.QueryTokenizer`
 (word cache or the Rust batch tokenizer), then an embedding-bag style gather + segment
@@ -49,7 +55,7 @@ class EncodedQuery:
 
     Attributes:
         dense: [served_dim] float32.
-        sparse: {encoded key: count}.
+        sparse: {encoded key: weight} (count, or the bundle's IDF of the token).
         token_ids: [T] int64 ids that made the vectors (no special tokens, after the cap).
     """
 
@@ -64,7 +70,7 @@ class QueryBatch:
 
     Attributes:
         dense: [n, served_dim] float32.
-        sparse: n dicts {encoded key: count} (a :class:`SparseRows`: the counts are held
+        sparse: n dicts {encoded key: weight} (a :class:`SparseRows`: the weights are held
             as CSR arrays and each dict is built when it is read).
         token_ids: n int64 arrays (views of one flat array).
     """
@@ -102,7 +108,7 @@ class SparseRows(Sequence[dict[str, float]]):
     """Sparse query vectors of a batch in CSR form, read as a list of ``{key: count}`` dicts.
 
     ``ids[offsets[i]:offsets[i + 1]]`` are the distinct vocabulary ids of query i (ascending)
-    and ``counts[...]`` their counts; ``self[i]`` builds that query's dict (keys encoded as
+    and ``counts[...]`` their weights (counts, or the bundle's IDF); ``self[i]`` builds that query's dict (keys encoded as
     in :mod:`lr_opensearch.bundle.keys`). Equal to any sequence of the same dicts.
     """
 
@@ -227,6 +233,7 @@ class QueryEncoder:
         self._tables: dict[str, np.ndarray] = {}
         self._keys: np.ndarray | None = None
         self._sparse_keep: np.ndarray | None = None
+        self._sparse_weights = bundle.sparse_weights  # [V] float64 IDF, or None: counts
 
     def table(self, instruction: str | None = None) -> np.ndarray:
         """[V, served_dim] rows used for the dense vector (float32 copy or float16 map)."""
@@ -266,6 +273,9 @@ class QueryEncoder:
         dense = np.add.reduce(rows, axis=0) / np.float32(len(ids))  # row by row, in order
         key: Any = self.key_array
         counts = Counter(ids.tolist())
+        w = self._sparse_weights
+        if w is not None:
+            return EncodedQuery(dense, {key[i]: float(w[i]) for i in counts}, ids)
         return EncodedQuery(dense, {key[i]: float(c) for i, c in counts.items()}, ids)
 
     def encode_batch(self, texts: Sequence[str], instruction: str | None = None) -> QueryBatch:
@@ -325,7 +335,11 @@ class QueryEncoder:
         return flat, lengths
 
     def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> SparseRows:
-        """Sparse vectors {encoded key: count} of tokenized queries (vectorised count, CSR)."""
+        """Sparse vectors {encoded key: weight} of tokenized queries (vectorised, CSR).
+
+        The weight of a distinct token is its count, or ``idf[token]`` when the bundle ships
+        sparse query weights (one gather over the CSR data array).
+        """
         n, vocab = len(lengths), self.bundle.vocab_size
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         if self.config.remove_stopwords:
@@ -340,7 +354,10 @@ class QueryEncoder:
         unique = pair[first]
         query = unique // vocab
         offsets = np.searchsorted(query, np.arange(n + 1))
-        return SparseRows(unique - query * vocab, counts, offsets, self.key_array)
+        ids = unique - query * vocab
+        if self._sparse_weights is not None:
+            counts = self._sparse_weights[ids]
+        return SparseRows(ids, counts, offsets, self.key_array)
 
 
 def _no_tokens(position: int, text: Any) -> QueryError:
