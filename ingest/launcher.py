@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -39,6 +39,9 @@ from lr_opensearch.indexing.session import (
     end_load,
     load_state,
 )
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ def launch(config: IngestConfig) -> IngestSummary:
         return _launch_locked(config, client, bundle, ck, started)
 
 
-def _launch_locked(config: IngestConfig, client: Any, bundle: Any, ck: CheckpointFile,
+def _launch_locked(config: IngestConfig, client: Any, bundle: Bundle, ck: CheckpointFile,
                    started: float) -> IngestSummary:
     state = load_state(config, ck)
     if config.bulk_settings.enabled and not state.complete:

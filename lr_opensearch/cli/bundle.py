@@ -14,10 +14,13 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import LEGS
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +152,7 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
     return lines
 
 
-def summary(bundle: Any) -> dict[str, Any]:
+def summary(bundle: Bundle) -> dict[str, Any]:
     """The facts ``lr bundle info`` shows."""
     m = bundle.manifest
     sizes = m["files"]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.cli.common import add_connection_args, client_from_args
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
@@ -35,7 +38,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exists(client: Any, args: argparse.Namespace, bundle: Any) -> bool:
+def _exists(client: Any, args: argparse.Namespace, bundle: Bundle) -> bool:
     """True when the index exists and was built with ``bundle`` (``--exist-ok``); an error
     when it exists otherwise; False when it must be created."""
     from lr_opensearch.search.templates import check_index_bundle
@@ -51,7 +54,7 @@ def _exists(client: Any, args: argparse.Namespace, bundle: Any) -> bool:
     return True
 
 
-def _create_es(args: argparse.Namespace, bundle: Any) -> int:
+def _create_es(args: argparse.Namespace, bundle: Bundle) -> int:
     """``lr index create --cluster elasticsearch``: ``dense_vector`` + ``sparse_vector`` (or
     ``rank_features``, with ``--sparse-type``) for the Elasticsearch adapter."""
     from lr_opensearch.search.elasticsearch import create_es_index

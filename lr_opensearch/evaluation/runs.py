@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -43,6 +43,9 @@ from lr_opensearch.evaluation.beir import (
 from lr_opensearch.options import DEFAULT_WEIGHTS, LEGS
 from lr_opensearch.search.explain import score_from_inner_product
 from lr_opensearch.search.fusion import bundle_weights, fuse
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +81,12 @@ class EvalConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def default_index_name(dataset: Dataset, bundle: Any) -> str:
+def default_index_name(dataset: Dataset, bundle: Bundle) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", dataset.name.lower()).strip("-") or "dataset"
     return f"lr-eval-{slug}-{bundle.bundle_id[:10]}"
 
 
-def ensure_indexed(client: Any, dataset: Dataset, bundle: Any, index: str, url: str | None) -> str:
+def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, url: str | None) -> str:
     """Reuse ``index`` if it holds this bundle's encoding of the whole corpus; else ingest.
 
     Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
@@ -140,7 +143,7 @@ def _hits(result: list[Any]) -> list[list[tuple[str, float]]]:
 
 
 def run_searches(
-    client: Any, bundle: Any, index: str, dataset: Dataset, config: EvalConfig
+    client: Any, bundle: Bundle, index: str, dataset: Dataset, config: EvalConfig
 ) -> dict[str, tuple[Run, float]]:
     """Every requested run: name -> (run, seconds)."""
     from lr_opensearch.search import Retriever
@@ -180,7 +183,7 @@ def _hybrid(retriever: Any, k: int, weights: dict[str, float],
 
 
 def _full_dense(
-    retriever: Any, bundle: Any, k: int
+    retriever: Any, bundle: Bundle, k: int
 ) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
     """Queries through the full document encoder (loaded once, outside the timing)."""
     from lr_opensearch.model import DocEncoder
@@ -261,7 +264,7 @@ def plot_sweep(curves: dict[str, Any], path: Path, title: str, default_weight: f
 
 def evaluate(
     dataset_dir: str | Path,
-    bundle: Any,
+    bundle: Bundle,
     client: Any,
     *,
     index: str | None = None,

@@ -10,18 +10,21 @@ changed, so a run killed mid-load restores the user's values, not ``-1``, when r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opensearchpy.exceptions import RequestError
 
 from .config import BulkSettings
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
 LOAD_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
 
 
-def ensure_index(client: Any, index: str, bundle: Any) -> bool:
+def ensure_index(client: Any, index: str, bundle: Bundle) -> bool:
     """Create ``index`` for ``bundle`` if absent, else check its ``_meta`` names this bundle.
 
     Returns:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.errors import ConfigError
@@ -35,6 +35,9 @@ from .reader import CorpusReader, Foreign, Rejection
 from .report import DeadLetter, IngestSummary
 from .session import begin_load, checkpoint_file, connect, dead_letter_path, end_load, load_state
 from .writer import BulkWriter
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
         return _ingest(config, client, encoder, bundle, ck, started)
 
 
-def _fit_hint(bundle: Any, config: IngestConfig) -> None:
+def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
     """One hint when the bundle's query tables were fitted to other corpora than this one."""
     from lr_opensearch.bundle.fit import fitted_on
 
@@ -77,7 +80,7 @@ def _fit_hint(bundle: Any, config: IngestConfig) -> None:
                     config.corpus)
 
 
-def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Any,
+def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle,
             ck: CheckpointFile | None, started: float) -> IngestSummary:
     """``run`` once the index is checked and the checkpoint locked."""
     state = load_state(config, ck)
@@ -108,7 +111,7 @@ def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Any,
     return summary
 
 
-def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Any, ck: CheckpointFile | None,
+def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
           state: CheckpointState, dl: DeadLetter, summary: IngestSummary) -> None:
     """Read, encode and write everything after the checkpoint; updates ``state``/``summary``."""
     wm = Watermark(state.line, state.offset, state.counts)

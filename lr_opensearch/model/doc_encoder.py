@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ import torch
 from lr_opensearch.errors import IngestError
 from lr_opensearch.model.framing import special_token_ids, tokenize_texts
 from lr_opensearch.model.retriever import LightRetrieverModel
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class DocEncoder:
         self.vocab_limit = int(tokenizer.get_vocab_size(with_added_tokens=True))
 
     @classmethod
-    def from_bundle(cls, bundle: Any, device: torch.device | str | None = None,
+    def from_bundle(cls, bundle: Bundle, device: torch.device | str | None = None,
                     batch_size: int = 32, dtype: torch.dtype = torch.float32) -> DocEncoder:
         """Load the doc encoder of a bundle (``lr_opensearch.bundle.load_bundle``)."""
         cfg = bundle.config

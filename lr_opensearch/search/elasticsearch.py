@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from elasticsearch import ApiError, TransportError
@@ -40,6 +40,9 @@ from lr_opensearch.search.engine import (
 )
 from lr_opensearch.search.fusion import FusionConfig
 from lr_opensearch.search.templates import check_index_bundle, render_es_index_body
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ def es_index_body(*, sparse_type: str = "sparse_vector", **opts: Any) -> dict[st
     return body
 
 
-def create_es_index(client: Any, index: str, bundle: Any, **opts: Any) -> dict[str, Any]:
+def create_es_index(client: Any, index: str, bundle: Bundle, **opts: Any) -> dict[str, Any]:
     """Create an Elasticsearch index for ``bundle`` (options: see :func:`es_index_body`)."""
     cfg = bundle.config
     body = es_index_body(
@@ -152,7 +155,7 @@ class ElasticsearchAdapter(EngineAdapter):
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         raise ConfigError("Elasticsearch has no normalization search pipeline; use fusion='client'")
 
-    def check_bundle(self, index: str, bundle: Any) -> None:
+    def check_bundle(self, index: str, bundle: Bundle) -> None:
         """:func:`lr_opensearch.search.templates.check_index_bundle`, then read the sparse type."""
         try:
             check_index_bundle(self.client, index, bundle)

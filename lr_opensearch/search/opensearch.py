@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from opensearchpy.exceptions import OpenSearchException
@@ -36,6 +36,9 @@ from lr_opensearch.search.engine import (
     vector_list,
 )
 from lr_opensearch.search.fusion import FusionConfig
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ class OpenSearchAdapter(EngineAdapter):
     def server_hybrid_available(self) -> bool:
         return bool(getattr(self.capabilities(), "neural_search", False))
 
-    def check_bundle(self, index: str, bundle: Any) -> None:
+    def check_bundle(self, index: str, bundle: Bundle) -> None:
         from lr_opensearch.search.templates import check_index_bundle
 
         check_index_bundle(self.client, index, bundle)

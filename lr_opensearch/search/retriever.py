@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from lr_opensearch.search.hits import (
     client_fusion,
 )
 from lr_opensearch.search.opensearch import OpenSearchAdapter
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class Retriever:
 
     def __init__(
         self,
-        bundle: Any,
+        bundle: Bundle,
         client: Any,
         index: str,
         *,

@@ -13,11 +13,14 @@ import logging
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import __version__
 from lr_opensearch.errors import BundleMismatchError, ConfigError, EngineError
 from lr_opensearch.options import COMBINATIONS, KNN_ENGINES, NORMALIZATIONS, choice
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +151,7 @@ def render_hybrid_pipeline(*weights: float, technique: str = "min_max",
         "technique": technique, "combination": combination, "weights": values})
 
 
-def create_index(client: Any, index: str, bundle: Any, **opts: Any) -> dict[str, Any]:
+def create_index(client: Any, index: str, bundle: Bundle, **opts: Any) -> dict[str, Any]:
     """Create ``index`` for ``bundle`` (reads ``bundle_id``, ``config.served_dim``,
     ``config.key_encoding``); ``opts`` go to :func:`render_index_body`.
 
@@ -198,7 +201,7 @@ def index_meta(client: Any, index: str) -> dict[str, Any]:
     return dict(body.get("_meta", {}).get(META_KEY, {}))
 
 
-def check_index_bundle(client: Any, index: str, bundle: Any) -> dict[str, Any]:
+def check_index_bundle(client: Any, index: str, bundle: Bundle) -> dict[str, Any]:
     """Check that ``index`` was created for ``bundle``; return its ``_meta.lightretriever``.
 
     Raises:
