@@ -308,3 +308,24 @@ def test_train_cli_reports_bad_config(caplog):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_export_cli_fits_the_table_after_training(bert_dir, records, tmp_path):
+    """``--fit-corpus``: the trained model's table is fitted to its own query embeddings."""
+    from tiny_artifacts import SENTENCES
+
+    from lr_opensearch.bundle import load_bundle
+    from trainer.export import main as export_main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": s.split(" ")[0], "text": s})
+                              + "\n" for i, s in enumerate(SENTENCES * 3)))
+    Trainer(_config(bert_dir, records, tmp_path / "run", **{"run.steps": 2})).run()
+    assert export_main(["--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "b"),
+                        "--fit-corpus", str(corpus)]) == 0
+    bundle = load_bundle(tmp_path / "b")
+    fit = bundle.fit
+    assert fit is not None and bundle.sparse_weights_kind == "idf"
+    assert fit["corpora"][0]["name"] == "corpus.jsonl"
+    table = fit["tables"]["default"]
+    assert table["holdout_cosine"] > table["holdout_cosine_e0"]  # the fit helped the trained model

@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def bundle_instructions(config: TrainConfig) -> dict[str, str]:
 
 
 def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Path, *,
-                 overwrite: bool = False, progress: bool = True) -> Path:
+                 overwrite: bool = False, progress: bool = True,
+                 fit_corpora: Sequence[str | Path] = ()) -> Path:
     """Merge LoRA in ``model`` and write its bundle to ``out``.
 
     Args:
@@ -43,6 +45,9 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
         out: the bundle directory.
         overwrite: replace an existing bundle.
         progress: progress bars while caching tables.
+        fit_corpora: fit the query table to the trained model's own query embeddings on
+            pseudo-queries of these corpora (``lr bundle build --fit-corpus``); none: the
+            trained per-token table as it is.
     """
     from lr_opensearch.bundle.build import build_bundle_from_model
 
@@ -54,13 +59,15 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
         model, tokenizer, out, instructions=bundle_instructions(config),
         default_instruction=export.default_instruction,
         max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
-        batch_size=export.batch_size, overwrite=overwrite, progress=progress)
+        batch_size=export.batch_size, overwrite=overwrite, progress=progress,
+        fit_corpora=fit_corpora)
     logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
     return path
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, overrides: list[str] | None = None,
-                      overwrite: bool = False, progress: bool = True) -> Path:
+                      overwrite: bool = False, progress: bool = True,
+                      fit_corpora: Sequence[str | Path] = ()) -> Path:
     """Rebuild the model of a checkpoint (a step dir or a run dir), load its weights, export."""
     from trainer.modeling import build_model
 
@@ -79,7 +86,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, overrides: lis
     model, tokenizer = build_model(config)
     load_weights(ckpt, model)
     logger.info("loaded trained weights from %s", ckpt)
-    return export_model(model, tokenizer, config, out, overwrite=overwrite, progress=progress)
+    return export_model(model, tokenizer, config, out, overwrite=overwrite, progress=progress,
+                        fit_corpora=fit_corpora)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a saved setting, e.g. --set export.served_dim=256")
+    parser.add_argument("--fit-corpus", action="append", default=[], metavar="PATH",
+                        help="fit the query table after training on pseudo-queries of this "
+                        "corpus (repeatable; as lr bundle build --fit-corpus)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     try:
-        path = export_checkpoint(args.checkpoint, args.out, overrides=args.set, overwrite=args.overwrite)
+        path = export_checkpoint(args.checkpoint, args.out, overrides=args.set,
+                                 overwrite=args.overwrite, fit_corpora=args.fit_corpus)
     except LRError as exc:
         logging.getLogger("trainer").error("%s", exc)
         return 1
