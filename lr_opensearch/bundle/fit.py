@@ -46,7 +46,7 @@ import scipy.sparse as sp
 
 from lr_opensearch.bundle.files import hash_file, tokenizer_specials
 from lr_opensearch.errors import ConfigError, CorpusError
-from lr_opensearch.query.tokens import QueryTokenizer
+from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,6 @@ TARGET_QUERIES = 20_000  # small corpora get more pseudo-queries per document, u
 MAX_QUERIES = 40_000  # default --fit-max-queries
 BASE_PER_DOC = (2, 3)  # sentences, spans per document (plus the title)
 CAP_PER_DOC = (8, 60)
-QUERY_MAX_TOKENS = 512  # the query side's default cap (QueryEncoder.max_tokens)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _SPACES = re.compile(r"\s+")
 
@@ -412,7 +411,7 @@ class FitResult:
     stats: FitStats
 
 
-def query_tokenizer(tokenizer: Any, max_tokens: int = QUERY_MAX_TOKENS) -> QueryTokenizer:
+def query_tokenizer(tokenizer: Any, max_tokens: int = DEFAULT_MAX_TOKENS) -> QueryTokenizer:
     """The tokenizer ``QueryEncoder`` builds for a bundle with this tokenizer."""
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
     return QueryTokenizer(tokenizer, tokenizer_specials(tokenizer), vocab, max_tokens)

@@ -40,11 +40,10 @@ from lr_opensearch.bundle import Bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import QueryError
 from lr_opensearch.query.stopwords import sparse_stop_mask
-from lr_opensearch.query.tokens import QueryTokenizer
+from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 512
 _BLOCK = 512  # queries per dense block: a block's gathered rows stay in L2
 _SLICE = 4096  # queries per pipelined slice (threads > 1)
 

@@ -51,6 +51,7 @@ _LOCAL_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "P
 # Whitespace for str.split() but deleted (not split on) by BertNormalizer(clean_text=True).
 _SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 CHARS_PER_TOKEN_CAP = 50
+DEFAULT_MAX_TOKENS = 512  # a query keeps its first 512 tokens (QueryEncoder, table fitting)
 
 
 def _components(node: dict[str, Any] | None, key: str) -> list[str] | None:

@@ -98,7 +98,7 @@ class Retriever:
         self.bundle = bundle
         self.index = index
         self.adapter = make_adapter(client)
-        self.fusion = self._choice("fusion", fusion, FUSION_PATHS)
+        self.fusion = choice("fusion", fusion, FUSION_PATHS)
         cfg = bundle.config
         self.defaults = fusion_config(
             weights if weights is not None else bundle_weights(cfg),
@@ -119,10 +119,6 @@ class Retriever:
 
             encoder = QueryEncoder(bundle, instruction=instruction)
         self.encoder = encoder
-
-    @staticmethod
-    def _choice(name: str, value: str, valid: Sequence[str]) -> str:
-        return choice(name, value, valid)
 
     # ---- public API ----------------------------------------------------------------
     def search(
@@ -264,7 +260,7 @@ class Retriever:
         timeout: float | str | None,
         explain: bool,
     ) -> SearchRequest:
-        self._choice("mode", mode, MODES)
+        choice("mode", mode, MODES)
         if k < 1 or from_ < 0:
             raise ConfigError(f"k must be >= 1 and from_ >= 0, got k={k}, from_={from_}")
         d = self.defaults
@@ -294,7 +290,7 @@ class Retriever:
         )
 
     def _resolve_path(self, fusion: str, config: FusionConfig) -> str:
-        self._choice("fusion", fusion, FUSION_PATHS)
+        choice("fusion", fusion, FUSION_PATHS)
         if fusion == "client":
             return "client"
         why = None
