@@ -14,16 +14,18 @@ from tiny_artifacts import SENTENCES, tiny_config, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle, save_bundle
 from lr_opensearch.bundle.fit import (
-    CAP_PER_DOC,
     LAMS,
     fit_bundle_tables,
     fit_table,
+    query_tokenizer,
+    token_bags,
+)
+from lr_opensearch.bundle.pseudo import (
+    CAP_PER_DOC,
     fitted_on,
     make_pseudo_queries,
     plan_counts,
-    query_tokenizer,
     read_records,
-    token_bags,
 )
 from lr_opensearch.errors import CorpusError
 from lr_opensearch.query import QueryEncoder
@@ -91,6 +93,33 @@ def test_pseudo_queries_recipes_dedup_and_determinism() -> None:
     assert counts["title"] == 1 and counts["sentence"] == 2  # the second document repeats the first
     assert "The flow separates early." in a.texts
     assert all(4 <= len(t.split()) <= 16 for t, r in zip(a.texts, a.recipe, strict=True) if r == "span")
+
+
+def test_passages_are_a_tenth_long_windows_of_long_enough_documents() -> None:
+    long_doc = " ".join(f"w{i}" for i in range(300))
+    docs = [(f"Title {i}", long_doc.replace("w0 ", f"d{i} ")) for i in range(20)] + [("", "too short")]
+    pq = make_pseudo_queries(docs, sentences_per_doc=0, spans_per_doc=3, seed=0)
+    counts = pq.counts()
+    others = sum(v for k, v in counts.items() if k != "passage")
+    assert counts["passage"] == round(0.1 * others)
+    passages = [t for t, r in zip(pq.texts, pq.recipe, strict=True) if r == "passage"]
+    assert all(24 <= len(t.split()) <= 128 for t in passages)
+    assert not any("too short" in t for t in passages)
+    assert "passage" not in make_pseudo_queries(docs, passage_share=0.0).counts()
+
+
+def test_row_weights_pull_the_fit_towards_heavy_rows() -> None:
+    # two contradicting targets for the same one-token query: the weighted mean wins
+    bags = token_bags(np.array([0, 0, 1, 1]), np.array([1, 1, 1, 1]), 2)
+    targets = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    e0 = np.zeros((2, 2), np.float32)
+    table, _ = fit_table(e0, bags, targets, lams=(1e-6,), holdout=0.25, seed=3)
+    heavy, _ = fit_table(e0, bags, targets, weights=np.array([3.0, 1.0, 1.0, 1.0]),
+                         lams=(1e-6,), holdout=0.25, seed=3)
+    assert heavy[0, 0] > heavy[0, 1]  # row 0 (weight 3, squared 9) dominates token 0
+    assert abs(table[0, 0] - table[0, 1]) < abs(heavy[0, 0] - heavy[0, 1])
+    with pytest.raises(ValueError, match="weights"):
+        fit_table(e0, bags, targets, weights=np.array([1.0, 0.0, 1.0, 1.0]))
 
 
 def test_count_rule_raises_small_corpora_and_caps_per_document() -> None:
@@ -196,7 +225,7 @@ def test_read_records_gzip_jsonl_and_text(tmp_path: Path) -> None:
 
 
 def test_fitted_on_compares_path_size_and_sha256(tmp_path: Path) -> None:
-    from lr_opensearch.bundle.fit import file_facts
+    from lr_opensearch.bundle.pseudo import file_facts
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
     copy = tmp_path / "copy.jsonl"
@@ -247,7 +276,7 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
 
-    from lr_opensearch.bundle.fit import file_facts
+    from lr_opensearch.bundle.pseudo import file_facts
     from lr_opensearch.indexing.run import _fit_hint
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
@@ -258,3 +287,4 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
         assert "hint" not in caplog.text
         _fit_hint(bundle, SimpleNamespace(corpus=str(b), is_stdin=False))  # type: ignore[arg-type]
     assert caplog.text.count("hint: bundle") == 1 and "a.jsonl" in caplog.text
+

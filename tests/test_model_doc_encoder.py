@@ -122,3 +122,14 @@ def test_doc_encoder_reports_truncation() -> None:
     batch = enc.encode([SENTENCES[1], "Paris"])
     assert batch.truncated == [True, False]
     assert all(0 < len(s) <= 4 for s in batch.sparse)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_dense_only_forward_equals_the_full_forward(name: str) -> None:
+    model, tok = MODELS[name]()
+    enc = DocEncoder(model, tok, max_length=32, device="cpu", batch_size=2)
+    texts = [*SENTENCES[:3], "a"]
+    batch = enc.encode(texts)
+    dense = enc.encode_dense(texts)
+    assert dense.shape == batch.dense.shape
+    torch.testing.assert_close(torch.from_numpy(dense), torch.from_numpy(batch.dense), rtol=0, atol=0)

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
-from lr_opensearch.bundle.fit import MAX_QUERIES, FitResult, fit_bundle_tables
+from lr_opensearch.bundle.fit import FitResult, fit_bundle_tables
+from lr_opensearch.bundle.pseudo import MAX_QUERIES
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.packaged import PACKAGED_MODEL_NAME, packaged_model_dir
 
@@ -197,7 +198,7 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
                progress: bool = True) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
-    A target is ``DocEncoder.encode([instruction + query]).dense`` at the full dense dim:
+    A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query.
     """
     from lr_opensearch.model import DocEncoder
@@ -206,7 +207,7 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
     encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
-                                 lambda texts: encoder.encode(texts).dense, corpora,
+                                 encoder.encode_dense, corpora,
                                  queries=queries, max_queries=max_queries, progress=progress)
     finally:
         model.train(was_training)

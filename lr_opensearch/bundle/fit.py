@@ -30,202 +30,35 @@ Never reads qrels. Corpora: BEIR ``corpus.jsonl[.gz]`` (``title``, ``text``) or 
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
-import math
-import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from lr_opensearch.bundle.files import hash_file, tokenizer_specials
-from lr_opensearch.errors import ConfigError, CorpusError
+from lr_opensearch.bundle.files import tokenizer_specials
+from lr_opensearch.bundle.pseudo import (
+    MAX_QUERIES,
+    RECIPE_WEIGHTS,
+    PseudoQueries,
+    clean_text,
+    file_facts,
+    make_pseudo_queries,
+    plan_counts,
+    read_records,
+)
+from lr_opensearch.errors import ConfigError
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
 
-RECIPES = ("title", "sentence", "span")
 LAMS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001)  # tried strong -> weak
-TARGET_QUERIES = 20_000  # small corpora get more pseudo-queries per document, up to this
-MAX_QUERIES = 40_000  # default --fit-max-queries
-BASE_PER_DOC = (2, 3)  # sentences, spans per document (plus the title)
-CAP_PER_DOC = (8, 60)
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
-_SPACES = re.compile(r"\s+")
 
 Embed = Callable[[list[str]], np.ndarray]
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def _open_text(path: Path) -> IO[str]:
-    if not path.is_file():
-        raise ConfigError(f"fit file {path} does not exist or is not a file")
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")  # noqa: SIM115
-
-
-def _is_jsonl(path: Path) -> bool:
-    return ".jsonl" in path.suffixes or ".json" in path.suffixes
-
-
-def read_records(path: str | Path, fields: Sequence[str]) -> Iterator[tuple[str, ...]]:
-    """The given string fields of each record of a BEIR JSONL[.gz] or a text file.
-
-    A ``.txt`` file (anything not named ``*.jsonl``/``*.json``, gzip or not) gives one
-    record per non-empty line, its text in the last field and "" in the others.
-
-    Raises:
-        CorpusError: a line that is not a JSON object or has a non-string field (names
-            the file and the line).
-    """
-    p = Path(path)
-    jsonl = _is_jsonl(p)
-    with _open_text(p) as f:
-        try:
-            for line_no, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                if not jsonl:
-                    yield (*([""] * (len(fields) - 1)), line.strip())
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise CorpusError(f"not valid JSON ({exc})", path=str(p), line=line_no) from None
-                if not isinstance(obj, dict):
-                    raise CorpusError("not a JSON object", path=str(p), line=line_no)
-                values = tuple(obj.get(k) or "" for k in fields)
-                bad = [k for k, v in zip(fields, values, strict=True) if not isinstance(v, str)]
-                if bad:
-                    raise CorpusError(f"fields {bad} must be strings", path=str(p), line=line_no)
-                yield values  # type: ignore[misc]
-        except UnicodeDecodeError as exc:
-            raise CorpusError(f"not UTF-8 text ({exc})", path=str(p), line=None) from None
-
-
-def fitted_on(fit: Mapping[str, Any] | None, path: str | Path) -> bool:
-    """Whether ``path`` is one of the corpora a bundle's ``fit`` record names (same resolved
-    path and size, or same size and sha256; the file is hashed only when a size matches)."""
-    if not fit:
-        return False
-    p = Path(path).resolve()
-    size = p.stat().st_size
-    same_size = [c for c in fit.get("corpora", []) if c.get("size") == size]
-    if any(c.get("path") == str(p) for c in same_size):
-        return True
-    return bool(same_size) and hash_file(p) in {c.get("sha256") for c in same_size}
-
-
-def file_facts(path: str | Path) -> dict[str, Any]:
-    """``{name, path, size, sha256}`` of a fit file (the manifest records it; ingest compares)."""
-    p = Path(path).resolve()
-    return {"name": p.name, "path": str(p), "size": p.stat().st_size, "sha256": hash_file(p)}
-
-
-# ----------------------------------------------------------------------------- pseudo-queries
-
-
-@dataclass(frozen=True)
-class PseudoQueries:
-    """Query texts for the fit, each tagged with the recipe that made it.
-
-    Attributes:
-        texts: the texts (deduplicated: case- and whitespace-insensitive).
-        recipe: [n] object array: "title" | "sentence" | "span" | "query".
-    """
-
-    texts: list[str]
-    recipe: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def counts(self) -> dict[str, int]:
-        names, counts = np.unique(self.recipe.astype(str), return_counts=True)
-        return {str(n): int(c) for n, c in zip(names, counts, strict=True)}
-
-
-def _clean(text: str) -> str:
-    return _SPACES.sub(" ", text).strip()
-
-
-def plan_counts(n_docs: int, target: int = TARGET_QUERIES) -> tuple[int, int]:
-    """(sentences, spans) per document: 2 + 3, raised for small corpora towards ``target``.
-
-    Capped at 8 sentences and 60 spans per document (a document has few sentences; spans
-    absorb the rest).
-    """
-    per_doc = target / max(n_docs, 1)
-    base_total = 1 + sum(BASE_PER_DOC)
-    sentences = min(CAP_PER_DOC[0], max(BASE_PER_DOC[0], round(BASE_PER_DOC[0] * per_doc / base_total)))
-    spans = min(CAP_PER_DOC[1], max(BASE_PER_DOC[1], math.ceil(per_doc - 1 - sentences)))
-    return sentences, spans
-
-
-def make_pseudo_queries(
-    docs: Sequence[tuple[str, str]],
-    *,
-    sentences_per_doc: int = 2,
-    spans_per_doc: int = 3,
-    span_words: tuple[int, int] = (4, 16),
-    sentence_words: tuple[int, int] = (4, 32),
-    seed: int = 0,
-) -> PseudoQueries:
-    """Pseudo-queries from documents only (deterministic given ``seed``).
-
-    * ``title``: the title, when it has >= 2 words;
-    * ``sentence``: up to ``sentences_per_doc`` random sentences of the text (split after
-      ``. ! ? ;``), skipping those under ``sentence_words[0]`` words and keeping the first
-      ``sentence_words[1]`` words of longer ones;
-    * ``span``: ``spans_per_doc`` random runs of consecutive words of the text (the title
-      when there is no text), lengths uniform in ``span_words`` (inclusive).
-
-    Args:
-        docs: (title, text) per document.
-
-    Returns:
-        :class:`PseudoQueries`, deduplicated (first occurrence kept), in document order.
-    """
-    rng = np.random.default_rng(seed)
-    seen: set[str] = set()
-    texts: list[str] = []
-    tags: list[str] = []
-
-    def add(text: str, tag: str) -> None:
-        key = text.lower()
-        if text and key not in seen:
-            seen.add(key)
-            texts.append(text)
-            tags.append(tag)
-
-    lo_s, hi_s = sentence_words
-    lo_w, hi_w = span_words
-    for raw_title, raw_body in docs:
-        title, body = _clean(raw_title), _clean(raw_body)
-        if len(title.split()) >= 2:
-            add(title, "title")
-        sents = [s.split()[:hi_s] for s in _SENTENCE_END.split(body)] if body else []
-        sents = [s for s in sents if len(s) >= lo_s]
-        if sents and sentences_per_doc > 0:
-            pick = rng.choice(len(sents), size=min(sentences_per_doc, len(sents)), replace=False)
-            for j in sorted(pick.tolist()):
-                add(" ".join(sents[j]), "sentence")
-        words = (body or title).split()
-        if len(words) >= lo_w:
-            for _ in range(spans_per_doc):
-                n = int(rng.integers(lo_w, min(hi_w, len(words)) + 1))
-                start = int(rng.integers(0, len(words) - n + 1))
-                add(" ".join(words[start : start + n]), "span")
-    return PseudoQueries(texts, np.asarray(tags, dtype=object))
 
 
 # ----------------------------------------------------------------------------- the fit
@@ -312,10 +145,11 @@ class TableFit:
 
 
 def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
+              weights: np.ndarray | None = None,
               lams: Sequence[float] = LAMS, holdout: float = 0.1, seed: int = 0,
               patience: int = 2, maxiter: int = 300, tol: float = 1e-4,
               progress: bool = False) -> tuple[np.ndarray, TableFit]:
-    """Fit the query table: ``argmin_E ||A E - F||^2 + lam ||E - E0||^2``.
+    """Fit the query table: ``argmin_E ||W (A E - F)||^2 + lam ||E - E0||^2``.
 
     ``lam`` is chosen on a random ``holdout`` share of the rows (highest mean cosine of
     ``A_h E`` vs ``F_h`` when fitted on the rest), trying ``lams`` from strong to weak
@@ -326,6 +160,7 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
         e0: [V, H] the unfitted table (the prior).
         bags: [n, V] row-normalised token bags (:func:`token_bags`), n >= 2.
         targets: [n, H] the full model's embeddings of the same queries.
+        weights: [n] row weights W (default 1); the held-back cosine is unweighted.
 
     Returns:
         (table [V, H] float32, :class:`TableFit`). Serve the table as is: the query side
@@ -339,6 +174,12 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
                          f"targets {targets.shape}, e0 {e0.shape}")
     bags = sp.csr_matrix(bags, dtype=np.float64)
     f = np.asarray(targets, np.float64)
+    if weights is not None:
+        w = np.asarray(weights, np.float64)
+        if w.shape != (n,) or not np.all(np.isfinite(w)) or w.min() <= 0:
+            raise ValueError(f"weights must be [n={n}] finite and > 0, got shape {w.shape}")
+        bags, f = sp.diags(w) @ bags, f * w[:, None]
+        bags = bags.tocsr()
     e0f = np.asarray(e0, np.float64)
     held = np.zeros(n, bool)
     held[np.random.default_rng(seed).choice(n, size=max(1, round(holdout * n)), replace=False)] = True
@@ -515,6 +356,7 @@ def fit_bundle_tables(
                           "queries; the fit needs at least 10 (give a larger corpus)")
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
     bags = token_bags(flat, lengths, vocab)
+    weights = np.asarray([RECIPE_WEIGHTS.get(r, 1.0) for r in recipe], np.float64)
     stats = FitStats(
         corpora=[file_facts(p) for p in paths],
         query_files=[file_facts(p) for p in qpaths], documents=n_docs,
@@ -527,7 +369,8 @@ def fit_bundle_tables(
         t0 = time.perf_counter()
         targets = _embed_all(embed, [instruction + t for t in texts], f"fit targets {name}", progress)
         t1 = time.perf_counter()
-        fitted[name], fit = fit_table(tables[name], bags, targets, seed=seed, progress=progress)
+        fitted[name], fit = fit_table(tables[name], bags, targets, weights=weights, seed=seed,
+                                      progress=progress)
         fit.encode_seconds, fit.solve_seconds = t1 - t0, time.perf_counter() - t1
         stats.tables[name] = fit
         logger.info("fit table %r: lam %g, held-back cosine %.4f (unfitted %.4f), %d rows fitted",
@@ -543,7 +386,7 @@ def _with_queries(pq: PseudoQueries, paths: Sequence[Path], max_queries: int,
     seen: set[str] = set()
     for path in paths:
         for (text,) in read_records(path, ("text",)):
-            text = _clean(text)
+            text = clean_text(text)
             if text and text.lower() not in seen:
                 seen.add(text.lower())
                 real.append(text)

@@ -29,9 +29,9 @@ fitting the query table:
   A query is encoded without a model: dense = the mean of table rows over its tokens. The
   unfitted table (row t = the model's vector of "instruction + t") is a poor stand-in for
   the full model (SciFact dense nDCG@10: 0.063 unfitted, 0.648 fitted, 0.645 full model).
-  --fit-corpus cuts ~20,000 pseudo-queries (titles, sentences, word spans; up to
-  --fit-max-queries) from YOUR corpus, embeds them with the full model (about 100 per
-  second on one CPU core) and fits the table so that the mean of a query's rows matches
+  --fit-corpus cuts ~20,000 pseudo-queries (titles, sentences, word spans, plus a tenth
+  as many 24-128-word passages; up to --fit-max-queries) from YOUR corpus, embeds them
+  with the full model (about 100 short ones per second on one CPU core) and fits the table so that the mean of a query's rows matches
   them; it also ships IDF sparse query weights (log(1 + (N - df + 0.5)/(df + 0.5)) from
   the corpus) instead of token counts. Fit on the corpus you will index.
   Without --fit-corpus the bundle keeps the UNFITTED table and count weights (a warning
@@ -101,7 +101,7 @@ def parse_instructions(items: list[str]) -> dict[str, str] | None:
 
 def run_build(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle.build import build_bundle
-    from lr_opensearch.bundle.fit import MAX_QUERIES
+    from lr_opensearch.bundle.pseudo import MAX_QUERIES
 
     if args.no_fit and (args.fit_corpus or args.fit_queries):
         raise ConfigError("--no-fit contradicts --fit-corpus / --fit-queries; give one or the other")

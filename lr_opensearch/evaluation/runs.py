@@ -192,7 +192,7 @@ def _full_dense(
     instruction = bundle.instructions[bundle.resolve_instruction(None)]
 
     def search(texts: list[str]) -> list[list[tuple[str, float]]]:
-        dense = encoder.encode([instruction + t for t in texts]).dense
+        dense = encoder.encode_dense([instruction + t for t in texts])
         return _hits(retriever.search_encoded(dense, None, k, mode="dense"))
 
     return search

@@ -70,7 +70,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
 
 def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
     """One hint when the bundle's query tables were fitted to other corpora than this one."""
-    from lr_opensearch.bundle.fit import fitted_on
+    from lr_opensearch.bundle.pseudo import fitted_on
 
     corpus = config.corpus
     if bundle.fit and not config.is_stdin and Path(corpus).is_file() and not fitted_on(bundle.fit, corpus):

@@ -90,24 +90,33 @@ class DocEncoder:
 
     def encode(self, texts: Sequence[str]) -> DocBatch:
         """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
+        return self._run(texts, sparse=True)
+
+    def encode_dense(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode(texts).dense`` without computing the sparse vectors (the fit's targets)."""
+        return self._run(texts, sparse=False).dense
+
+    def _run(self, texts: Sequence[str], *, sparse: bool) -> DocBatch:
         ids, truncated = tokenize_texts(self.tokenizer, texts, self.model.framing, self.max_length)
         for i, row in enumerate(ids):
             if not row:
                 raise IngestError(f"document {i} of the batch tokenizes to nothing and the "
                                   "model adds no special tokens; drop empty documents")
         dense = np.zeros((len(ids), self.served_dim), dtype=np.float32)
-        sparse: list[dict[int, float]] = [{} for _ in ids]
+        terms: list[dict[int, float]] = [{} for _ in ids]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk])
+            out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk], sparse=sparse)
             dense[chunk] = out_dense
-            for i, terms in zip(chunk, out_sparse, strict=True):
-                sparse[i] = terms
-        return DocBatch(dense=dense, sparse=sparse, truncated=truncated)
+            for i, row in zip(chunk, out_sparse, strict=True):
+                terms[i] = row
+        return DocBatch(dense=dense, sparse=terms, truncated=truncated)
 
-    def _encode_ids(self, rows: list[list[int]]) -> tuple[np.ndarray, list[dict[int, float]]]:
-        """Dense [b, served_dim] and top-k sparse dicts for framed id lists."""
+    def _encode_ids(self, rows: list[list[int]], *, sparse: bool = True,
+                    ) -> tuple[np.ndarray, list[dict[int, float]]]:
+        """Dense [b, served_dim] and top-k sparse dicts (empty without ``sparse``) for
+        framed id lists."""
         length = max(len(r) for r in rows)
         input_ids = torch.zeros(len(rows), length, dtype=torch.long)
         mask = torch.zeros(len(rows), length, dtype=torch.long)
@@ -115,6 +124,9 @@ class DocEncoder:
             input_ids[n, : len(row)] = torch.tensor(row)
             mask[n, : len(row)] = 1
         with torch.inference_mode():
+            if not sparse:
+                vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
+                return vecs[:, : self.served_dim].float().cpu().numpy(), [{} for _ in rows]
             out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
             weights = out.sparse[:, : self.vocab_limit].float()
             if len(self.excluded):

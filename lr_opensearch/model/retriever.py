@@ -204,13 +204,24 @@ class LightRetrieverModel(nn.Module):
         Returns:
             DocOutput(dense [B, H], sparse [B, V]); differentiable.
         """
-        mask = attention_mask.bool()
-        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = self.body(input_ids, attention_mask.long(), position_ids)
-        dense = self._finish(self.pool(hidden, mask))
+        hidden, mask, dense = self._dense_forward(input_ids, attention_mask)
         weight, bias = self.head.projection(self.hf)
         maxima = projection_max(self.head.transform(self.hf, hidden), mask, weight, bias)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
+
+    def encode_documents_dense(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               ) -> torch.Tensor:
+        """The dense half of :meth:`encode_documents` alone ([B, H], identical values), for
+        work that needs no sparse vector (the table fit's targets): skips the vocabulary
+        projection."""
+        return self._dense_forward(input_ids, attention_mask)[2]
+
+    def _dense_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mask = attention_mask.bool()
+        position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.body(input_ids, attention_mask.long(), position_ids)
+        return hidden, mask, self._finish(self.pool(hidden, mask))
 
     def query_layout(self, instruction_ids: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
         """How ``instruction + token`` is laid out: (shared ids, block head, block tail).
