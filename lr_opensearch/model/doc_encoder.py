@@ -109,8 +109,8 @@ class DocEncoder:
             chunk = order[start:start + self.batch_size]
             out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk], sparse=sparse)
             dense[chunk] = out_dense
-            for i, row in zip(chunk, out_sparse, strict=True):
-                terms[i] = row
+            for i, doc_terms in zip(chunk, out_sparse, strict=True):
+                terms[i] = doc_terms
         return DocBatch(dense=dense, sparse=terms, truncated=truncated)
 
     def _encode_ids(self, rows: list[list[int]], *, sparse: bool = True,
