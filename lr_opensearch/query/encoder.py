@@ -271,7 +271,8 @@ class QueryEncoder:
             rows = rows.astype(np.float32)
         dense = np.add.reduce(rows, axis=0) / np.float32(len(ids))  # row by row, in order
         key: Any = self.key_array
-        counts = Counter(ids.tolist())
+        keep = self._stop_keep()
+        counts = Counter((ids if keep is None else ids[keep[ids]]).tolist())
         w = self._sparse_weights
         if w is not None:
             return EncodedQuery(dense, {key[i]: float(w[i]) for i in counts}, ids)
@@ -333,6 +334,15 @@ class QueryEncoder:
             raise _no_tokens(offset + i, texts[i])
         return flat, lengths
 
+    def _stop_keep(self) -> np.ndarray | None:
+        """[V] bool, False for tokens the sparse query drops (``remove_stopwords``), or None.
+        Every encode path filters through this one mask."""
+        if not self.config.remove_stopwords:
+            return None
+        if self._sparse_keep is None:
+            self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, self.bundle.vocab_size)
+        return self._sparse_keep
+
     def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> SparseRows:
         """Sparse vectors {encoded key: weight} of tokenized queries (vectorised, CSR).
 
@@ -341,10 +351,8 @@ class QueryEncoder:
         """
         n, vocab = len(lengths), self.bundle.vocab_size
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        if self.config.remove_stopwords:
-            if self._sparse_keep is None:
-                self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, vocab)
-            keep = self._sparse_keep[flat]
+        if (stop_keep := self._stop_keep()) is not None:
+            keep = stop_keep[flat]
             flat, owner = flat[keep], owner[keep]
         pair = owner * vocab + flat  # (query, id) as one sortable int64
         pair.sort()
