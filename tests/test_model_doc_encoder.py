@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from model_fixtures import one_thread, tiny_bert, tiny_llama  # noqa: F401
@@ -133,3 +134,19 @@ def test_dense_only_forward_equals_the_full_forward(name: str) -> None:
     dense = enc.encode_dense(texts)
     assert dense.shape == batch.dense.shape
     torch.testing.assert_close(torch.from_numpy(dense), torch.from_numpy(batch.dense), rtol=0, atol=0)
+
+
+def test_served_prefix_is_renormalised_like_the_matryoshka_loss() -> None:
+    model, tok = MODELS["bert-tied-mean"]()  # normalize=True
+    texts = SENTENCES[:4]
+    full = DocEncoder(model, tok, max_length=64, device="cpu").encode_dense(texts)
+    cut = DocEncoder(model, tok, max_length=64, served_dim=8, device="cpu").encode_dense(texts)
+    assert cut.shape == (4, 8)
+    expected = torch.nn.functional.normalize(torch.from_numpy(full[:, :8]), dim=-1)
+    torch.testing.assert_close(torch.from_numpy(cut), expected, rtol=1e-5, atol=1e-6)
+    assert abs(float(torch.from_numpy(full[:, :8]).norm(dim=-1).max()) - 1) > 1e-3  # a cut alone is not unit
+    # a model that does not normalise serves the raw prefix
+    raw, rtok = MODELS["bert-mlm"]()
+    a = DocEncoder(raw, rtok, max_length=64, device="cpu").encode_dense(texts)
+    b = DocEncoder(raw, rtok, max_length=64, served_dim=8, device="cpu").encode_dense(texts)
+    np.testing.assert_array_equal(a[:, :8], b)

@@ -113,6 +113,15 @@ class DocEncoder:
                 terms[i] = doc_terms
         return DocBatch(dense=dense, sparse=terms, truncated=truncated)
 
+    def _serve(self, dense: torch.Tensor) -> np.ndarray:
+        """The served prefix of the dense vectors, L2-normalised again when the model
+        normalises and the prefix is shorter (as the Matryoshka loss scores it): a cut unit
+        vector is no longer unit, and documents would otherwise rank by their prefix norm."""
+        cut = dense[:, : self.served_dim].float()
+        if self.model.normalize and self.served_dim < dense.shape[1]:
+            cut = torch.nn.functional.normalize(cut, dim=-1)
+        return cut.cpu().numpy()
+
     def _encode_ids(self, rows: list[list[int]], *, sparse: bool = True,
                     ) -> tuple[np.ndarray, list[dict[int, float]]]:
         """Dense [b, served_dim] and top-k sparse dicts (empty without ``sparse``) for
@@ -126,14 +135,14 @@ class DocEncoder:
         with torch.inference_mode():
             if not sparse:
                 vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
-                return vecs[:, : self.served_dim].float().cpu().numpy(), [{} for _ in rows]
+                return self._serve(vecs), [{} for _ in rows]
             out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
             weights = out.sparse[:, : self.vocab_limit].float()
             if len(self.excluded):
                 weights[:, self.excluded.to(weights.device)] = 0.0
             k = min(self.top_k, weights.shape[1])
             values, indices = torch.topk(weights, k, dim=1)
-            dense = out.dense[:, : self.served_dim].float().cpu().numpy()
+            dense = self._serve(out.dense)
         return dense, [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
 
 
