@@ -38,11 +38,17 @@ def test_doc_forward_shapes_and_sparse_definition(name: str) -> None:
         out = model.encode_documents(ids, mask)
         assert out.dense.shape == (4, model.hidden_size)
         assert out.sparse.shape == (4, model.vocab_size)
-        # the definition, computed naively: log(1 + relu(max over real positions of logits))
+        # the definition, computed naively: log(1 + relu(max of the logits over the real
+        # positions that are not the framing's special tokens (BOS/CLS, EOS/SEP)))
         hidden = model.body(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0))
         weight, bias = model.head.projection(model.hf)
         logits = model.head.transform(model.hf, hidden) @ weight.T + (0 if bias is None else bias)
-        logits = logits.masked_fill(~mask.bool().unsqueeze(-1), float("-inf"))
+        content = torch.zeros_like(mask, dtype=torch.bool)
+        head, tail = len(model.framing.prefix), len(model.framing.suffix)
+        assert head + tail > 0  # every fixture frames its documents
+        for n, row in enumerate(rows):
+            content[n, head : len(row) - tail] = True
+        logits = logits.masked_fill(~content.unsqueeze(-1), float("-inf"))
         expected = torch.log1p(torch.relu(logits.max(1).values))
     torch.testing.assert_close(out.sparse, expected, rtol=0, atol=1e-5)
     assert (out.sparse >= 0).all() and torch.isfinite(out.sparse).all()

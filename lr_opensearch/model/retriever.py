@@ -206,8 +206,19 @@ class LightRetrieverModel(nn.Module):
         """
         hidden, mask, dense = self._dense_forward(input_ids, attention_mask)
         weight, bias = self.head.projection(self.hf)
-        maxima = projection_max(self.head.transform(self.hf, hidden), mask, weight, bias)
+        maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask),
+                                weight, bias)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
+
+    def content_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """[B, T] bool: the real tokens minus the framing's special positions (the first
+        ``len(prefix)`` and the last ``len(suffix)`` real tokens of each row, any padding
+        side). The sparse max runs over these only, as the reference does: a BOS/CLS or
+        EOS/SEP position would otherwise put the same terms into every document."""
+        pos = mask.long().cumsum(-1) - 1
+        n = mask.long().sum(-1, keepdim=True)
+        head, tail = len(self.framing.prefix), len(self.framing.suffix)
+        return mask & (pos >= head) & (pos < n - tail)
 
     def encode_documents_dense(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                                ) -> torch.Tensor:
