@@ -126,6 +126,9 @@ class LossSettings:
         flops_max: final FLOPs coefficient on the sparse document vectors.
         flops_warmup_steps: quadratic warm-up length of the FLOPs coefficient.
         matryoshka_dims: dense prefix widths (e.g. [128, 256, null]); empty = full only.
+        cross_device_negatives: under DDP, score every rank's queries against every rank's
+            documents (the reference's ``negatives_x_device``): the loss is the one of the
+            concatenated global batch. Off: each rank sees only its own negatives.
     """
 
     temperature: float = 0.02
@@ -138,6 +141,7 @@ class LossSettings:
     flops_max: float = 1e-3
     flops_warmup_steps: int = 4000
     matryoshka_dims: tuple[int | None, ...] = ()
+    cross_device_negatives: bool = True
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ normalised and a query's scale does not change its ranking).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
+import torch.distributed as dist
 
 from trainer.config import LossSettings
 from trainer.losses import LossOutput, build_loss
@@ -41,6 +42,41 @@ class Representations:
     query_symmetric: torch.Tensor | None
     doc_dense: torch.Tensor
     doc_sparse: torch.Tensor
+
+
+def gather_across_ranks(local: torch.Tensor) -> torch.Tensor:
+    """Rows of every rank concatenated in rank order, this rank's slice keeping its graph.
+
+    ``all_gather`` carries no gradient, so the other ranks' rows are constants here; their
+    gradients reach them on their own ranks, where the same global loss is computed. Needs
+    the same shape on every rank (raises ConfigError naming the shapes otherwise).
+    """
+    world, rank = dist.get_world_size(), dist.get_rank()
+    shapes: list[list[int] | None] = [None] * world
+    dist.all_gather_object(shapes, list(local.shape))
+    if any(s != list(local.shape) for s in shapes):
+        from lr_opensearch.errors import ConfigError
+
+        raise ConfigError(f"cross-device negatives need equal micro-batch shapes on every rank, got "
+                          f"{shapes}; set loss.cross_device_negatives: false or equal batches")
+    parts = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(parts, local.detach().contiguous())
+    parts[rank] = local
+    return torch.cat(parts, dim=0)
+
+
+def global_batch(reps: Representations) -> tuple[Representations, int]:
+    """(the representations of the global batch, the loss scale) under DDP; as is otherwise.
+
+    The scale is the world size: DDP averages gradients over ranks, and each rank's
+    parameters receive the gradient of only its own rows, so ``world x loss`` makes the
+    averaged gradient the one of the global batch's loss.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return reps, 1
+    gathered = {f.name: None if (t := getattr(reps, f.name)) is None else gather_across_ranks(t)
+                for f in fields(reps)}
+    return replace(reps, **gathered), dist.get_world_size()
 
 
 class Objective:
@@ -73,7 +109,16 @@ class Objective:
         return self.settings.symmetric_weight > 0 or self.settings.kl_weight > 0
 
     def __call__(self, reps: Representations, step: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """Total loss (scalar) and a flat dict of every term and sub-term for logging."""
+        """Total loss (scalar) and a flat dict of every term and sub-term for logging.
+
+        With ``cross_device_negatives`` under DDP the terms are those of the global batch
+        (every rank's documents are negatives for every query) and the returned loss is
+        scaled by the world size (see :func:`global_batch`); the logs hold the unscaled
+        values.
+        """
+        scale = 1
+        if self.settings.cross_device_negatives:
+            reps, scale = global_batch(reps)
         s = self.settings
         terms: list[tuple[str, float, LossOutput]] = []
         if s.dense_weight > 0:
@@ -94,4 +139,4 @@ class Objective:
             logs[name] = float(out.loss.detach())
             logs.update({f"{name}/{k}": v for k, v in out.logs.items()})
         logs["loss"] = float(total.detach())
-        return total, logs
+        return total * scale if scale != 1 else total, logs
