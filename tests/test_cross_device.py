@@ -56,8 +56,8 @@ def test_two_ranks_see_every_negative_and_match_the_single_process_loss(tmp_path
     assert abs(float(alone.detach()) - float(ref.detach())) > 1e-3
     for rank in range(WORLD):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert got["logged"] == pytest.approx(float(ref), rel=1e-5)
-        assert got["loss"] == pytest.approx(WORLD * float(ref), rel=1e-5)
+        assert got["logged"] == pytest.approx(float(ref.detach()), rel=1e-5)
+        assert got["loss"] == pytest.approx(WORLD * float(ref.detach()), rel=1e-5)
         for name, grad in got["grads"].items():
             # DDP averages over ranks: (world x loss) gradient / world = the global gradient
             expected = full[name].grad[_rows(name, rank)]
