@@ -54,6 +54,9 @@ def test_paper_defaults():
         assert config.loss.temperature == 0.02
         assert (config.lora.r, config.lora.alpha, config.lora.dropout) == (16, 32, 0.1)
         assert (config.loss.flops_max, config.loss.flops_warmup_steps) == (1e-3, 4000)
+        assert config.loss.cross_device_negatives
+    paper = load_config(CONFIGS / "paper.yaml")  # the headline setting trains with KL alignment
+    assert paper.loss.kl_weight > 0 and paper.loss.symmetric_weight > 0
 
 
 def test_config_errors_name_the_key(tmp_path):
