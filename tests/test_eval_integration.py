@@ -86,6 +86,7 @@ def test_lr_eval_end_to_end(
         report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
         assert report["index_status"] == "ingested"
+        assert report["instruction"] == {"name": "default", "prompt": "", "chosen_by": "bundle default"}
         assert set(report["runs"]) == set(RUN_NAMES) == {
             "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25",

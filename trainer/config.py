@@ -26,18 +26,7 @@ from typing import Any
 import yaml
 
 from lr_opensearch.errors import ConfigError
-
-#: The dense query side's prompt: an instruction followed by the query (E5-Mistral style).
-QUERY_PROMPT = "Instruct: {instruction}\nQuery: "
-
-
-def format_instruction(instruction: str | None) -> str:
-    """The query prompt for ``instruction``; the empty string for no instruction.
-
-    Documents never get an instruction; only the dense query side (the per-token
-    encodings and the symmetric teacher) is prompted.
-    """
-    return QUERY_PROMPT.format(instruction=instruction) if instruction else ""
+from lr_opensearch.instructions import QUERY_PROMPT, format_instruction  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ def register(subparsers: Any) -> None:
                        help="HF save_pretrained directory (default: packaged all-MiniLM-L6-v2)")
     build.add_argument("--out", type=Path, required=True, help="bundle directory to write")
     build.add_argument("--instruction", action="append", default=[], metavar="NAME=TEXT",
-                       help="a query instruction (repeatable); default: default='' (no text)")
+                       help="a query instruction (repeatable), formatted as in training "
+                            "('Instruct: TEXT\\nQuery: '); NAME=@beir takes the catalogue's "
+                            "instruction for a BEIR dataset; default: default='' (no text)")
     build.add_argument("--pooling", choices=["cls", "mean", "last"], default=None)
     norm = build.add_mutually_exclusive_group()
     norm.add_argument("--normalize", dest="normalize", action="store_true", default=None,
@@ -87,7 +89,12 @@ def register(subparsers: Any) -> None:
 
 
 def parse_instructions(items: list[str]) -> dict[str, str] | None:
-    """``["qa=Query: "]`` -> ``{"qa": "Query: "}``; ConfigError on an item without '='."""
+    """``["qa=Find answers"]`` -> ``{"qa": "Instruct: Find answers\nQuery: "}``: each text
+    formatted as in training (``instructions.format_instruction``; empty stays empty;
+    ``NAME=@beir`` takes the catalogue's instruction for NAME). ConfigError on an item
+    without '='."""
+    from lr_opensearch.instructions import format_instruction, resolve_instruction_text
+
     if not items:
         return None
     out: dict[str, str] = {}
@@ -95,7 +102,7 @@ def parse_instructions(items: list[str]) -> dict[str, str] | None:
         name, sep, text = item.partition("=")
         if not sep or not name:
             raise ConfigError(f"--instruction {item!r}: expected NAME=TEXT (e.g. default=)")
-        out[name] = text
+        out[name] = format_instruction(resolve_instruction_text(name, text))
     return out
 
 

@@ -57,6 +57,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             sweep=not args.no_sweep,
             split=args.split,
             url=args.url,
+            instruction=args.instruction,
         )
         report = evaluate(ds, bundle, client, index=args.index, config=config)
         reports.append(report)
@@ -95,6 +96,9 @@ def register(subparsers: Any) -> None:
         "lr-hybrid,lr-hybrid-linear)",
     )
     p.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    p.add_argument("--instruction", default=None, metavar="NAME",
+                   help="the bundle's instruction (table) for every dataset (default: the table "
+                        "named after the dataset if the bundle has one, else its default)")
     p.add_argument("--depth", type=int, default=100, help="hits per query (default 100)")
     p.add_argument("--batch-size", type=int, default=32, help="queries per _msearch (default 32)")
     p.add_argument("--out", default=None, help="report directory (default results/eval/<dataset>)")

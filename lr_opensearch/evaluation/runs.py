@@ -69,6 +69,9 @@ class EvalConfig:
     out_dir: where report.json, runs/*.trec and sweep.png go (None: nothing written).
     sweep: compute the dense-weight sweep (needs lr-dense and lr-sparse).
     url: cluster URL given to ingest when the corpus must be indexed.
+    instruction: the bundle's instruction (table) name for every query; None: the table
+        named after the dataset if the bundle has one, else its default
+        (:func:`lr_opensearch.instructions.dataset_instruction`).
     """
 
     runs: tuple[str, ...] = tuple(parse_runs(None))
@@ -78,6 +81,7 @@ class EvalConfig:
     sweep: bool = True
     split: str = "test"
     url: str | None = None
+    instruction: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -143,13 +147,15 @@ def _hits(result: list[Any]) -> list[list[tuple[str, float]]]:
 
 
 def run_searches(
-    client: Any, bundle: Bundle, index: str, dataset: Dataset, config: EvalConfig
+    client: Any, bundle: Bundle, index: str, dataset: Dataset, config: EvalConfig,
+    instruction: str | None = None,
 ) -> dict[str, tuple[Run, float]]:
-    """Every requested run: name -> (run, seconds)."""
+    """Every requested run: name -> (run, seconds); LR and full-dense queries use the
+    ``instruction`` table (None: the bundle's default)."""
     from lr_opensearch.search import Retriever
 
     k = config.depth
-    retriever = Retriever(bundle, client, index, candidates=k)
+    retriever = Retriever(bundle, client, index, candidates=k, instruction=instruction)
     adapter = retriever.adapter
     searches: dict[str, Callable[[list[str]], list[list[tuple[str, float]]]]] = {
         "lr-dense": lambda t: _hits(retriever.search_batch(t, k, mode="dense")),
@@ -169,7 +175,7 @@ def run_searches(
 
     searches["bm25"] = bm25
     if "full-dense" in config.runs:
-        searches["full-dense"] = _full_dense(retriever, bundle, k)
+        searches["full-dense"] = _full_dense(retriever, bundle, k, instruction)
     out = {}
     for name in config.runs:
         out[name] = timed_run(name, dataset, config.batch_size, searches[name])
@@ -183,16 +189,17 @@ def _hybrid(retriever: Any, k: int, weights: dict[str, float],
 
 
 def _full_dense(
-    retriever: Any, bundle: Bundle, k: int
+    retriever: Any, bundle: Bundle, k: int, instruction: str | None = None
 ) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
-    """Queries through the full document encoder (loaded once, outside the timing)."""
+    """Queries through the full document encoder (loaded once, outside the timing), with
+    the same instruction prompt as the LR table of the run."""
     from lr_opensearch.model import DocEncoder
 
     encoder = DocEncoder.from_bundle(bundle)
-    instruction = bundle.instructions[bundle.resolve_instruction(None)]
+    prompt = bundle.instructions[bundle.resolve_instruction(instruction)]
 
     def search(texts: list[str]) -> list[list[tuple[str, float]]]:
-        dense = encoder.encode_dense([instruction + t for t in texts])
+        dense = encoder.encode_dense([prompt + t for t in texts])
         return _hits(retriever.search_encoded(dense, None, k, mode="dense"))
 
     return search
@@ -275,7 +282,12 @@ def evaluate(
     dataset = load_beir(dataset_dir, config.split)
     index = index or default_index_name(dataset, bundle)
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
-    results = run_searches(client, bundle, index, dataset, config)
+    from lr_opensearch.instructions import dataset_instruction
+
+    table, how = dataset_instruction(list(bundle.instructions), dataset.name, config.instruction)
+    name = bundle.resolve_instruction(table)
+    logger.info("%s: instruction %r (%s)", dataset.name, name, how)
+    results = run_searches(client, bundle, index, dataset, config, instruction=name)
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "queries": len(dataset.queries),
@@ -289,6 +301,7 @@ def evaluate(
         "legs": list(LEGS),
         "semantics": bundle.config.fusion_semantics,
         "depth": config.depth,
+        "instruction": {"name": name, "prompt": bundle.instructions[name], "chosen_by": how},
         "runs": {},
     }
     for name, (run, seconds) in results.items():
