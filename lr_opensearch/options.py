@@ -17,6 +17,8 @@ from lr_opensearch.errors import ConfigError, LRError
 
 KINDS = ("encoder", "decoder")
 POOLINGS = ("cls", "mean", "last")
+#: where a normalising model normalises the light dense query: each token row, or the mean
+QUERY_NORMS = ("rows", "mean")
 SPARSE_HEADS = ("lm", "mlm", "tied")
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field

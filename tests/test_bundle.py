@@ -233,7 +233,7 @@ def test_cli_bundle_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "table       default (default): [200, 16]" in capsys.readouterr().out
     _flip_byte(path / "tokenizer.json")
     assert main(["bundle", "info", str(path)]) == 1  # BundleError -> exit 1, message logged
-    assert parse_instructions(["default=", "qa=Query: a=b"]) == {"default": "", "qa": "Query: a=b"}
+    assert parse_instructions(["default=", "qa=Find: a=b"]) == {"default": "", "qa": "Instruct: Find: a=b\nQuery: "}
     with pytest.raises(ConfigError, match="NAME=TEXT"):
         parse_instructions(["noequals"])
 
@@ -258,3 +258,12 @@ def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.
     a, b = encoder.encode("the tower is tall").dense, encoder.encode("the tower is tall", "qa").dense
     assert a.shape == (16,) and not np.allclose(a, b)
     assert main(argv) == 1  # exists: BundleError, no overwrite
+
+
+def test_query_norm_is_pinned_in_the_manifest_and_old_bundles_read_rows() -> None:
+    cfg = tiny_config(normalize=True, query_norm="mean")
+    assert BundleConfig.from_dict(cfg.to_dict()).query_norm == "mean"
+    old = {k: v for k, v in cfg.to_dict().items() if k != "query_norm"}
+    assert BundleConfig.from_dict(old).query_norm == "rows"  # what bundles before the field hold
+    with pytest.raises(BundleError, match="query_norm"):
+        tiny_config(query_norm="tokens")

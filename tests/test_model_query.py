@@ -6,7 +6,7 @@ import pytest
 import torch
 from model_fixtures import one_thread, query_tokens, tiny_bert, tiny_llama  # noqa: F401
 
-from lr_opensearch.errors import QueryError
+from lr_opensearch.errors import ConfigError, QueryError
 from lr_opensearch.model import LightRetrieverModel, instruction_ids
 from lr_opensearch.model.packing import pack_blocks
 
@@ -139,3 +139,28 @@ def test_control_without_the_block_mask_the_vectors_differ(name: str) -> None:
     diff = (wrong[1:] - right[1:]).abs().max().item()
     print(f"\n{name}: without the block mask max |diff| = {diff:.2e}")
     assert diff > 1e-2
+
+
+def test_query_norm_rows_or_mean_pins_where_the_light_query_is_normalised() -> None:
+    import torch.nn.functional as F  # noqa: N812
+
+    rows_model, tok = tiny_bert(architecture="BertModel", pooling="mean", normalize=True)
+    mean_model = LightRetrieverModel.create(rows_model.hf, pooling="mean", kind="encoder",
+                                            framing=rows_model.framing, normalize=True,
+                                            query_norm="mean")
+    rows_model.eval(), mean_model.eval()
+    queries = [[5, 9, 9, 31], [40]]
+    with torch.no_grad():
+        rows_table = rows_model.token_table([], 64, progress=False)
+        mean_table = mean_model.token_table([], 64, progress=False)
+        torch.testing.assert_close(rows_table.norm(dim=-1), torch.ones(64))  # unit rows
+        assert (mean_table.norm(dim=-1) - 1).abs().max() > 1e-3  # raw rows carry a norm
+        torch.testing.assert_close(F.normalize(mean_table, dim=-1), rows_table, rtol=1e-4, atol=1e-5)
+        for model, table in ((rows_model, rows_table), (mean_model, mean_table)):
+            q = model.encode_query_dense([], queries)
+            means = torch.stack([table[ids].mean(0) for ids in queries])
+            expected = F.normalize(means, dim=-1) if model.query_norm == "mean" else means
+            torch.testing.assert_close(q, expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="query_norm"):
+        LightRetrieverModel.create(rows_model.hf, pooling="mean", kind="encoder",
+                                   framing=rows_model.framing, query_norm="tokens")

@@ -275,6 +275,9 @@ def _export_matches(model_dir: Path, records: Path, tmp_path: Path, instruction:
     assert (q1 - q0).abs().max() > 1e-3  # training changed the query side
     bundle = load_bundle(export_model(trainer.model, trainer.tokenizer, config, tmp_path / "bundle"))
     served = QueryEncoder(bundle).encode(query).dense
+    assert bundle.config.query_norm == config.model.query_norm == trainer.model.query_norm
+    if bundle.config.normalize and bundle.config.query_norm == "mean":
+        served = served / np.linalg.norm(served)  # the mean's norm: the same ranking
     np.testing.assert_allclose(served, q1.numpy(), rtol=2e-3, atol=2e-3)  # float16 table rows
     docs = DocEncoder.from_bundle(bundle).encode([doc])
     np.testing.assert_allclose(docs.dense[0], d1.numpy(), rtol=1e-4, atol=1e-5)  # merged LoRA

@@ -114,6 +114,9 @@ def read_config(ckpt: str | Path) -> TrainConfig:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise TrainingError(f"cannot read checkpoint config {path}: {exc}") from None
+    model = data.get("model")
+    if isinstance(model, dict) and "query_norm" not in model:
+        data = {**data, "model": {**model, "query_norm": "rows"}}  # trained before the setting
     return config_from_dict(data, source=str(path))
 
 

@@ -42,6 +42,9 @@ class ModelSettings:
         normalize: L2-normalise dense vectors (cosine in the losses); None = the model
             directory's sentence-transformers setting, else False.
         sparse_head: "lm" | "mlm" | "tied".
+        query_norm: with ``normalize``, "mean" (the reference: average the raw token
+            vectors, normalise the mean, so a row's norm weighs its token) or "rows"
+            (normalise each token vector, then average). The bundle records it.
     """
 
     path: str | None = None
@@ -49,6 +52,7 @@ class ModelSettings:
     pooling: str | None = None
     normalize: bool | None = None
     sparse_head: str | None = None
+    query_norm: str = "mean"
 
 
 @dataclass(frozen=True)

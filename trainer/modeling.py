@@ -21,7 +21,7 @@ def load_backbone(settings: ModelSettings) -> tuple[Any, Any]:
     model_dir, name = resolve_model(settings.path)
     model = LightRetrieverModel.from_pretrained(
         model_dir, kind=settings.kind, pooling=settings.pooling, normalize=settings.normalize,
-        sparse_head=settings.sparse_head, name=name)
+        sparse_head=settings.sparse_head, name=name, query_norm=settings.query_norm)
     return model, Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 
 

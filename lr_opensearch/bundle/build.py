@@ -174,7 +174,7 @@ def build_bundle_from_model(
     config_fields.setdefault("default_instruction", next(iter(instructions)))
     config = BundleConfig(
         architecture=model.architecture, kind=model.kind, pooling=model.pooling,
-        normalize=model.normalize, dense_dim=model.hidden_size,
+        normalize=model.normalize, query_norm=model.query_norm, dense_dim=model.hidden_size,
         served_dim=served_dim or model.hidden_size, max_length=max_length,
         sparse_head=model.head.kind, instructions=instructions, **config_fields)
     tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress)

@@ -66,6 +66,7 @@ from lr_opensearch.options import (
     DEFAULT_WEIGHTS,
     KINDS,
     POOLINGS,
+    QUERY_NORMS,
     SEMANTICS,
     SPARSE_HEADS,
     choice,
@@ -112,6 +113,10 @@ class BundleConfig:
     bm25_weight: float = DEFAULT_WEIGHTS[2]
     fusion_semantics: str = "opensearch"
     remove_stopwords: bool = False
+    #: with ``normalize``: "rows" = the table holds L2-normalised token vectors (bundles
+    #: written before this field); "mean" = raw token vectors whose mean is the query (its
+    #: L2 norm would not change a ranking), as the reference. The query side only averages.
+    query_norm: str = "rows"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
@@ -119,6 +124,7 @@ class BundleConfig:
         _choice("pooling", self.pooling, POOLINGS)
         _choice("sparse_head", self.sparse_head, SPARSE_HEADS)
         _choice("fusion_semantics", self.fusion_semantics, SEMANTICS)
+        _choice("query_norm", self.query_norm, QUERY_NORMS)
         _choice("key_encoding", self.key_encoding, (KEY_ENCODING,))
         if not 0 < self.served_dim <= self.dense_dim:
             raise BundleError(

@@ -34,7 +34,7 @@ from lr_opensearch.model.loading import (
     sentence_transformers_settings,
 )
 from lr_opensearch.model.packing import pack_blocks
-from lr_opensearch.options import POOLINGS, choice
+from lr_opensearch.options import POOLINGS, QUERY_NORMS, choice
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,11 @@ class LightRetrieverModel(nn.Module):
         kind: "encoder" (bidirectional) or "decoder" (causal).
         framing: special tokens around documents and query-token blocks.
         sparse_head: "lm" | "mlm" | "tied" | None (auto: the best head the model has).
-        normalize: L2-normalise dense vectors (documents and each query token's vector).
+        normalize: L2-normalise dense vectors (documents, and queries as ``query_norm`` says).
+        query_norm: with ``normalize``, where the light dense query is normalised: "rows"
+            (each token's vector, then the plain mean) or "mean" (the plain mean of raw
+            token vectors, then L2, as the reference: a row's norm acts as a learned
+            token weight). See ``options.QUERY_NORMS``.
         architecture: the HF architecture name (recorded in bundles).
         name: the backbone's name (recorded in bundles).
     """
@@ -72,7 +76,7 @@ class LightRetrieverModel(nn.Module):
 
     def __init__(self, hf: nn.Module, *, kind: str, framing: Framing,
                  sparse_head: str | None = None, normalize: bool = False,
-                 architecture: str = "", name: str = "") -> None:
+                 query_norm: str = "rows", architecture: str = "", name: str = "") -> None:
         super().__init__()
         if kind not in ("encoder", "decoder"):
             raise ConfigError(f"unknown backbone kind {kind!r}; valid: 'encoder', 'decoder'")
@@ -80,6 +84,7 @@ class LightRetrieverModel(nn.Module):
         self.kind = kind
         self.framing = framing
         self.normalize = normalize
+        self.query_norm = choice("query_norm", query_norm, QUERY_NORMS)
         self.head = SparseHead.detect(hf, sparse_head)
         self.architecture = architecture or type(unwrap(hf)).__name__
         self.name = name
@@ -96,7 +101,8 @@ class LightRetrieverModel(nn.Module):
     def from_pretrained(cls, model_dir: str | Path, *, kind: str | None = None,
                         pooling: str | None = None, normalize: bool | None = False,
                         sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
-                        name: str | None = None, tokenizer: Any = None) -> LightRetrieverModel:
+                        name: str | None = None, tokenizer: Any = None,
+                        query_norm: str = "rows") -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
 
         ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
@@ -123,14 +129,15 @@ class LightRetrieverModel(nn.Module):
             normalize = bool(st.get("normalize", False))
         name = name or getattr(hf.config, "_name_or_path", "") or model_dir.name
         return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
-                          sparse_head=sparse_head, normalize=normalize,
+                          sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
                           architecture=architecture, name=str(name))
 
     @classmethod
     def from_config(cls, config: Any, *, architecture: str | None = None,
                     kind: str | None = None, pooling: str | None = None,
                     normalize: bool = False, sparse_head: str | None = None,
-                    framing: Framing | None = None, tokenizer: Any = None) -> LightRetrieverModel:
+                    framing: Framing | None = None, tokenizer: Any = None,
+                    query_norm: str = "rows") -> LightRetrieverModel:
         """A randomly initialised model from an HF config (tests, tiny demos).
 
         ``framing`` defaults to the tokenizer's (if given), else no special tokens for
@@ -145,7 +152,7 @@ class LightRetrieverModel(nn.Module):
             framing = Framing(suffix=(eos,) if kind == "decoder" and eos is not None else ())
         pooling = pooling or ("last" if kind == "decoder" else "cls")
         return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
-                          sparse_head=sparse_head, normalize=normalize,
+                          sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
                           architecture=architecture, name=str(getattr(config, "model_type", "")))
 
     # ---- properties ---------------------------------------------------------------------
@@ -254,7 +261,8 @@ class LightRetrieverModel(nn.Module):
             instruction_ids: the instruction's ids (no special tokens).
             sequences: token ids per packed sequence (each non-empty).
         Returns:
-            [N, K, H] per-token vectors (normalised if configured); entries k >= len(seq n)
+            [N, K, H] per-token vectors (L2-normalised when ``normalize`` and
+            ``query_norm == "rows"``, raw otherwise); entries k >= len(seq n)
             are padding.
         """
         shared, head, tail = self.query_layout(instruction_ids)
@@ -262,7 +270,8 @@ class LightRetrieverModel(nn.Module):
         packed = pack_blocks(shared, blocks, causal=self.kind == "decoder",
                              dtype=self.dtype, device=self.device)
         hidden = self.body(packed.input_ids, packed.attention_mask, packed.position_ids)
-        return self._finish(self.pool(hidden, packed.visible))
+        pooled = self.pool(hidden, packed.visible)
+        return self._finish(pooled) if self.query_norm == "rows" else pooled
 
     def encode_query_dense(self, instruction_ids: Sequence[int],
                            queries_token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -272,7 +281,8 @@ class LightRetrieverModel(nn.Module):
             instruction_ids: the instruction's ids (no special tokens).
             queries_token_ids: per query, its token ids (no special tokens; repeats count).
         Returns:
-            [B, H]; differentiable. Equals the mean of the query-table rows of its tokens.
+            [B, H]; differentiable. The mean of the query-table rows of its tokens
+            (then L2-normalised with ``query_norm == "mean"``: the same ranking).
         """
         for i, tokens in enumerate(queries_token_ids):
             if len(tokens) == 0:
@@ -281,7 +291,8 @@ class LightRetrieverModel(nn.Module):
         counts = torch.tensor([len(q) for q in queries_token_ids], device=per_token.device)
         keep = torch.arange(per_token.shape[1], device=per_token.device) < counts.unsqueeze(1)
         summed = (per_token * keep.unsqueeze(-1).to(per_token.dtype)).sum(1)
-        return summed / counts.unsqueeze(1).to(per_token.dtype)
+        mean = summed / counts.unsqueeze(1).to(per_token.dtype)
+        return self._finish(mean) if self.query_norm == "mean" else mean
 
     def token_table(self, instruction_ids: Sequence[int], vocab_size: int | None = None, *,
                     batch_size: int = 256, tokens_per_sequence: int | None = None,
