@@ -17,6 +17,7 @@ normalised and a query's scale does not change its ranking).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -74,8 +75,9 @@ def global_batch(reps: Representations) -> tuple[Representations, int]:
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return reps, 1
-    gathered = {f.name: None if (t := getattr(reps, f.name)) is None else gather_across_ranks(t)
-                for f in fields(reps)}
+    gathered: dict[str, Any] = {
+        f.name: None if (t := getattr(reps, f.name)) is None else gather_across_ranks(t)
+        for f in fields(reps)}
     return replace(reps, **gathered), dist.get_world_size()
 
 
