@@ -56,7 +56,10 @@ from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
 
-LAMS = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001)  # tried strong -> weak
+# lam candidates, tried strong -> weak. The held-back cosine alone would pick 0.03 on larger
+# corpora; SciFact *train* queries prefer 0.01 (dense nDCG@10 0.633 vs 0.620 with passages,
+# 0.617 vs 0.606 without), so the search starts there.
+LAMS = (0.01, 0.003, 0.001, 0.0003, 0.0001)
 
 Embed = Callable[[list[str]], np.ndarray]
 
