@@ -248,11 +248,11 @@ def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.
     model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
     out = tmp_path / "bundle"
     argv = ["-q", "bundle", "build", "--model", str(model_dir), "--out", str(out), "--instruction", "default=",
-            "--instruction", "qa=Query: ", "--served-dim", "16", "--batch-size", "64"]
+            "--instruction", "qa=Find passages", "--served-dim", "16", "--batch-size", "64"]
     assert main(argv) == 0
     assert f"built {out}" in capsys.readouterr().out
     bundle = load_bundle(out)
-    assert dict(bundle.config.instructions) == {"default": "", "qa": "Query: "}
+    assert dict(bundle.config.instructions) == {"default": "", "qa": "Instruct: Find passages\nQuery: "}
     assert bundle.config.served_dim == 16 and (bundle.doc_encoder_dir / "config.json").is_file()
     encoder = QueryEncoder(bundle)
     a, b = encoder.encode("the tower is tall").dense, encoder.encode("the tower is tall", "qa").dense
