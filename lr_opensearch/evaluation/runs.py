@@ -7,8 +7,8 @@ Runs (names as in the JSON report):
   backbone, instruction + query through the one document forward), dense knn only: the
   quality ceiling LightRetriever's model-free queries are compared with.
 * ``lr-dense`` / ``lr-sparse``: the bundle's query encoder, one side only.
-* ``lr-hybrid``: the bundle's default legs, weights and semantics (new bundles: dense 0.3
-  / sparse 0.2 / BM25 0.5, ``opensearch``), fusion path ``auto``; ``lr-hybrid-linear``:
+* ``lr-hybrid``: the bundle's default legs, weights and semantics (new bundles: dense 0.4
+  / sparse 0.2 / BM25 0.4, ``opensearch``), fusion path ``auto``; ``lr-hybrid-linear``:
   the same legs with the reference ``linear`` semantics.
 * ``lr-dense+sparse``, ``lr-dense+bm25``, ``lr-dense+sparse+bm25``: fixed legs with the
   weights of :data:`NAMED_HYBRIDS` (chosen on SciFact train queries).
