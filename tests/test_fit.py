@@ -288,3 +288,16 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
         _fit_hint(bundle, SimpleNamespace(corpus=str(b), is_stdin=False))  # type: ignore[arg-type]
     assert caplog.text.count("hint: bundle") == 1 and "a.jsonl" in caplog.text
 
+
+
+def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lr_opensearch.bundle import pseudo
+    from lr_opensearch.cli import demo
+
+    key = demo._recipe_key()
+    assert key == demo._recipe_key() and len(key) == 8
+    monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
+    assert demo._recipe_key() != key  # a changed recipe never reuses an old cached bundle
+    monkeypatch.undo()
+    monkeypatch.setattr("lr_opensearch.options.DEFAULT_WEIGHTS", (0.5, 0.0, 0.5))
+    assert demo._recipe_key() != key

@@ -95,12 +95,26 @@ def ensure_node(http_port: int) -> str:
     return config.url
 
 
+def _recipe_key() -> str:
+    """A short hash of the fit recipe and fusion defaults: a cached demo bundle is reused
+    only while they are unchanged (an upgrade that changes them builds a fresh one)."""
+    import hashlib
+
+    from lr_opensearch.bundle import fit, pseudo
+    from lr_opensearch.options import DEFAULT_WEIGHTS
+
+    facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
+                  pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
+                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, fit.LAMS, DEFAULT_WEIGHTS))
+    return hashlib.sha256(facts.encode()).hexdigest()[:8]
+
+
 def ensure_bundle(path: Path | None, corpus: Path) -> Path:
     """The given bundle, or the MiniLM bundle fitted on ``corpus``, built once into the cache."""
     if path is not None:
         return path
     slug = re.sub(r"[^a-z0-9]+", "-", f"{corpus.parent.name}-{corpus.name}".lower()).strip("-")
-    out = _cache() / "bundles" / f"minilm-fit-{slug}"
+    out = _cache() / "bundles" / f"minilm-fit-{slug}-{_recipe_key()}"
     if (out / "lightretriever.json").exists():
         print(f"    reusing {out}")
         return out
