@@ -12,7 +12,7 @@ scifact=@beir`` builds one from :data:`BEIR_INSTRUCTIONS`), else with the bundle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from lr_opensearch.errors import ConfigError
 
@@ -24,25 +24,25 @@ CATALOGUE_MARK = "@beir"
 
 #: Task instructions per BEIR dataset (our wording of each dataset's retrieval task).
 BEIR_INSTRUCTIONS: Mapping[str, str] = {
-    "arguana": "Given a claim, find documents that refute the claim",
-    "climate-fever": "Given a claim about climate change, retrieve documents that support or refute the claim",
-    "cqadupstack": "Given a question, retrieve detailed question descriptions from Stackexchange that are duplicates to the given question",
-    "dbpedia-entity": "Given a query, retrieve relevant entity descriptions from DBPedia",
-    "fever": "Given a claim, retrieve documents that support or refute the claim",
-    "fiqa": "Given a financial question, retrieve user replies that best answer the question",
-    "hotpotqa": "Given a multi-hop question, retrieve documents that can help answer the question",
-    "msmarco": "Given a web search query, retrieve relevant passages that answer the query",
-    "nfcorpus": "Given a question, retrieve relevant documents that best answer the question",
-    "nq": "Given a question, retrieve Wikipedia passages that answer the question",
-    "quora": "Given a question, retrieve questions that are semantically equivalent to the given question",
-    "scidocs": "Given a scientific paper title, retrieve paper abstracts that are cited by the given paper",
-    "scifact": "Given a scientific claim, retrieve documents that support or refute the claim",
-    "trec-covid": "Given a query on COVID-19, retrieve documents that answer the query",
-    "webis-touche2020": "Given a question, retrieve detailed and persuasive arguments that answer the question",
-    "touche2020": "Given a question, retrieve detailed and persuasive arguments that answer the question",
-    "cranfield": "Given a question about aerodynamics, retrieve abstracts that answer the question",
-    "cisi": "Given a description of an information need, retrieve documents about library and information science that meet it",
-    "adi": "Given a question about documentation, retrieve abstracts that answer the question",
+    "arguana": "Find the counter-argument to this argument",
+    "climate-fever": "Find evidence for or against this statement about the climate",
+    "cqadupstack": "Find forum questions asking the same thing as this one",
+    "dbpedia-entity": "Find the encyclopedia entities this query is about",
+    "fever": "Find encyclopedia passages that confirm or contradict this statement",
+    "fiqa": "Find answers from an investment forum to this finance question",
+    "hotpotqa": "Find the passages needed to answer this question in several hops",
+    "msmarco": "Find web passages answering this search",
+    "nfcorpus": "Find medical articles about this health topic",
+    "nq": "Find the encyclopedia passage holding the answer to this question",
+    "quora": "Find questions with the same meaning as this question",
+    "scidocs": "Find abstracts of papers that a paper with this title would cite",
+    "scifact": "Find study abstracts that confirm or contradict this scientific statement",
+    "trec-covid": "Find research articles on COVID-19 relevant to this request",
+    "webis-touche2020": "Find arguments taking a side on this debate question",
+    "touche2020": "Find arguments taking a side on this debate question",
+    "cranfield": "Find aeronautics abstracts relevant to this engineering question",
+    "cisi": "Find library and information science documents matching this information need",
+    "adi": "Find documentation research abstracts relevant to this question",
 }
 
 
@@ -61,7 +61,7 @@ def resolve_instruction_text(name: str, text: str) -> str:
     return BEIR_INSTRUCTIONS[name]
 
 
-def dataset_instruction(table_names: Mapping[str, str] | list[str], dataset: str,
+def dataset_instruction(table_names: Iterable[str], dataset: str,
                         requested: str | None = None) -> tuple[str | None, str]:
     """(table name or None for the bundle default, how it was chosen) for a dataset.
 

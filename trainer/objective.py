@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lr_opensearch.errors import ConfigError
 from trainer.config import LossSettings
 from trainer.losses import LossOutput, build_loss
 
@@ -49,20 +50,12 @@ def gather_across_ranks(local: torch.Tensor) -> torch.Tensor:
     """Rows of every rank concatenated in rank order, this rank's slice keeping its graph.
 
     ``all_gather`` carries no gradient, so the other ranks' rows are constants here; their
-    gradients reach them on their own ranks, where the same global loss is computed. Needs
-    the same shape on every rank (raises ConfigError naming the shapes otherwise).
+    gradients reach them on their own ranks, where the same global loss is computed. Every
+    rank must hold the same shape (:func:`global_batch` checks that once per batch).
     """
-    world, rank = dist.get_world_size(), dist.get_rank()
-    shapes: list[list[int] | None] = [None] * world
-    dist.all_gather_object(shapes, list(local.shape))
-    if any(s != list(local.shape) for s in shapes):
-        from lr_opensearch.errors import ConfigError
-
-        raise ConfigError(f"cross-device negatives need equal micro-batch shapes on every rank, got "
-                          f"{shapes}; set loss.cross_device_negatives: false or equal batches")
-    parts = [torch.empty_like(local) for _ in range(world)]
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, local.detach().contiguous())
-    parts[rank] = local
+    parts[dist.get_rank()] = local
     return torch.cat(parts, dim=0)
 
 
@@ -75,9 +68,14 @@ def global_batch(reps: Representations) -> tuple[Representations, int]:
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return reps, 1
-    gathered: dict[str, Any] = {
-        f.name: None if (t := getattr(reps, f.name)) is None else gather_across_ranks(t)
-        for f in fields(reps)}
+    local = {f.name: getattr(reps, f.name) for f in fields(reps)}
+    shapes = {k: None if t is None else list(t.shape) for k, t in local.items()}
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, shapes)  # one collective for all the shapes
+    if any(s != shapes for s in every):
+        raise ConfigError(f"cross-device negatives need equal micro-batch shapes on every rank, "
+                          f"got {every}; set loss.cross_device_negatives: false or equal batches")
+    gathered: dict[str, Any] = {k: None if t is None else gather_across_ranks(t) for k, t in local.items()}
     return replace(reps, **gathered), dist.get_world_size()
 
 

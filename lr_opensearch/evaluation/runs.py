@@ -284,7 +284,7 @@ def evaluate(
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
     from lr_opensearch.instructions import dataset_instruction
 
-    table, how = dataset_instruction(list(bundle.instructions), dataset.name, config.instruction)
+    table, how = dataset_instruction(bundle.instructions, dataset.name, config.instruction)
     name = bundle.resolve_instruction(table)
     logger.info("%s: instruction %r (%s)", dataset.name, name, how)
     results = run_searches(client, bundle, index, dataset, config, instruction=name)
