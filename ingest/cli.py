@@ -20,6 +20,7 @@ from lr_opensearch.indexing import (
     exit_code,
     run,
 )
+from lr_opensearch.options import ENGINE_CHOICES
 
 EPILOG = """\
 exit status: 0 every record indexed; 3 done, but some lines were skipped or refused (see the
@@ -39,10 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", required=True, help="target index (created if absent)")
     g = p.add_argument_group("connection (defaults: LR_OPENSEARCH_URL / _USER / _PASSWORD / _CA_CERTS)")
     g.add_argument("--url", help="cluster URL, e.g. https://localhost:9200")
+    g.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                   help="what the URL points at (default auto: the cluster is asked)")
     g.add_argument("--user")
     g.add_argument("--password", help="prefer LR_OPENSEARCH_PASSWORD: arguments show in ps")
     g.add_argument("--ca-certs", help="CA bundle for TLS")
-    g.add_argument("--no-verify-certs", action="store_true", help="do not verify TLS certificates")
+    g.add_argument("--insecure", "--no-verify-certs", dest="no_verify_certs", action="store_true",
+                   help="do not verify TLS certificates (self-signed test clusters only)")
     g.add_argument("--timeout", type=int, default=120, help="request timeout in seconds")
     g = p.add_argument_group("throughput")
     g.add_argument("--batch-size", type=int, default=32, help="documents per encoder forward")
@@ -101,7 +105,8 @@ def config_from_args(args: argparse.Namespace) -> IngestConfig:
         corpus=args.corpus, bundle=args.bundle, index=args.index,
         connection=ConnectionConfig(url=args.url, user=args.user, password=args.password,
                                     ca_certs=args.ca_certs,
-                                    verify_certs=not args.no_verify_certs, timeout=args.timeout),
+                                    verify_certs=not args.no_verify_certs, timeout=args.timeout,
+                                    engine=args.engine),
         batch_size=args.batch_size, chunk_size=args.chunk_size, sort_window=args.sort_window,
         queue_chunks=args.queue_chunks, workers=args.workers, worker_id=args.worker_id,
         device=args.device, restart=args.restart, dead_letter=args.dead_letter,
@@ -117,7 +122,8 @@ def configure_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     if not args.verbose:  # one INFO line per bulk request is noise at this level
-        logging.getLogger("opensearch").setLevel(logging.WARNING)
+        for noisy in ("opensearch", "elastic_transport.transport"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:
@@ -142,7 +148,8 @@ def register(subparsers: Any) -> None:
 
 def _run_from_lr(args: argparse.Namespace) -> int:
     if not args.verbose:
-        logging.getLogger("opensearch").setLevel(logging.WARNING)
+        for noisy in ("opensearch", "elastic_transport.transport"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     config = config_from_args(args)
     summary = execute(config)
     write_summary(summary, config, quiet=args.quiet)

@@ -39,6 +39,7 @@ from lr_opensearch.indexing.session import (
     end_load,
     load_state,
 )
+from lr_opensearch.search.adapters import make_adapter
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -57,7 +58,7 @@ def worker_argv(config: IngestConfig, worker_id: int, summary_path: Path) -> lis
             "--batch-size", str(config.batch_size), "--chunk-size", str(config.chunk_size),
             "--sort-window", str(config.sort_window), "--queue-chunks", str(config.queue_chunks),
             "--state-dir", str(config.state_dir), "--summary-json", str(summary_path),
-            "--timeout", str(c.timeout), "--max-attempts", str(config.retry.max_attempts),
+            "--timeout", str(c.timeout), "--engine", c.engine, "--max-attempts", str(config.retry.max_attempts),
             "--initial-backoff", str(config.retry.initial_backoff),
             "--max-backoff", str(config.retry.max_backoff)]
     for flag, value in (("--url", c.url), ("--user", c.user), ("--ca-certs", c.ca_certs),
@@ -103,18 +104,21 @@ def launch(config: IngestConfig) -> IngestSummary:
         raise ConfigError("--workers N needs a corpus file: the workers cannot share stdin")
     started = time.perf_counter()
     bundle = load_bundle(config.bundle)
-    client = connect(config)
-    ensure_index(client, config.index, bundle)
+    adapter = make_adapter(connect(config))
+    # the workers are told what the cluster is, so none of them has to ask again
+    config = dataclasses.replace(config, connection=dataclasses.replace(config.connection,
+                                                                       engine=adapter.engine))
+    ensure_index(adapter, config.index, bundle)
     ck = _launcher_checkpoint(config, bundle.bundle_id, checkpoint_file)
     with ck.exclusive():
-        return _launch_locked(config, client, bundle, ck, started)
+        return _launch_locked(config, adapter, bundle, ck, started)
 
 
-def _launch_locked(config: IngestConfig, client: Any, bundle: Bundle, ck: CheckpointFile,
+def _launch_locked(config: IngestConfig, adapter: Any, bundle: Bundle, ck: CheckpointFile,
                    started: float) -> IngestSummary:
     state = load_state(config, ck)
     if config.bulk_settings.enabled and not state.complete:
-        begin_load(client, config, ck, state)
+        begin_load(adapter, config, ck, state)
     with tempfile.TemporaryDirectory(prefix="lr-ingest-") as tmp:
         summaries = _run_workers(config, bundle.bundle_id, Path(tmp), checkpoint_file)
     total = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
@@ -130,7 +134,7 @@ def _launch_locked(config: IngestConfig, client: Any, bundle: Bundle, ck: Checkp
     total.extra["dead_letters"] = [s.dead_letter for s in summaries]
     total.dead_letter = ", ".join(str(s.dead_letter) for s in summaries if s.dead_letter)
     state.counts = total.counts
-    end_load(client, config, ck, state)
+    end_load(adapter, config, ck, state)
     total.elapsed_s = time.perf_counter() - started
     return total
 

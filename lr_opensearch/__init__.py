@@ -3,9 +3,10 @@
 Documents are encoded offline by a full model (dense vector + sparse vocabulary vector);
 queries are encoded with no deep model at all (a tokenizer and a table lookup)::
 
-    from lr_opensearch import Retriever, load_bundle, make_client
+    from lr_opensearch import Retriever, connect, load_bundle
 
-    retriever = Retriever(load_bundle("bundles/minilm"), make_client(), "docs")
+    # connect(): OpenSearch or Elasticsearch, as the cluster at LR_OPENSEARCH_URL answers
+    retriever = Retriever(load_bundle("bundles/minilm"), connect(), "docs")
     hits = retriever.search("what causes tides", k=5, explain=True)
 
 One subpackage per concept: ``bundle`` (format, files, keys, build), ``query`` (the
@@ -29,7 +30,7 @@ from lr_opensearch.errors import (  # noqa: E402
     QueryError,
 )
 from lr_opensearch.query import QueryEncoder  # noqa: E402
-from lr_opensearch.search import Hit, Retriever, fuse, make_client  # noqa: E402
+from lr_opensearch.search import Hit, Retriever, connect, fuse, make_client  # noqa: E402
 
 __all__ = [
     "Bundle",
@@ -44,6 +45,7 @@ __all__ = [
     "QueryError",
     "Retriever",
     "__version__",
+    "connect",
     "fuse",
     "load_bundle",
     "make_client",

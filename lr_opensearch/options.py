@@ -23,6 +23,8 @@ SPARSE_HEADS = ("lm", "mlm", "tied")
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field
 ES_SPARSE_TYPES = ("sparse_vector", "rank_features")  # Elasticsearch sparse field types
+SEARCH_ENGINES = ("opensearch", "elasticsearch")  # what a cluster URL may point at
+ENGINE_CHOICES = ("auto", *SEARCH_ENGINES)  # --engine: auto = ask the cluster
 
 LEGS = ("dense", "sparse", "bm25")  # fusion legs, in the hybrid query's sub-query order
 # Default weights of new bundles, per leg. Chosen on SciFact *train* queries (never on test

@@ -16,7 +16,8 @@ import pytest
 
 from lr_opensearch.bundle.keys import decode_key, encode_key
 from lr_opensearch.errors import BundleMismatchError, EngineError
-from lr_opensearch.search.templates import check_index_bundle, create_index, render_hybrid_pipeline
+from lr_opensearch.search.opensearch import OpenSearchAdapter
+from lr_opensearch.search.templates import render_hybrid_pipeline
 
 pytestmark = pytest.mark.node
 
@@ -38,7 +39,7 @@ class _Config:
 
 @dataclass(frozen=True)
 class PlainBundle:
-    """Just the attributes create_index / check_index_bundle read from a Bundle."""
+    """Just the attributes create_index / check_bundle read from a Bundle."""
 
     bundle_id: str
     config: _Config = field(default_factory=lambda: _Config(8))
@@ -56,7 +57,9 @@ def _sparse_query(query: dict[str, float], size: int) -> dict[str, Any]:
 
 
 def test_index_from_template(os_client: Any, index_name: str) -> None:
-    body = create_index(os_client, index_name, PlainBundle("bundle-a", _Config(16)))
+    adapter = OpenSearchAdapter(os_client)
+    assert adapter.create_index(index_name, PlainBundle("bundle-a", _Config(16)))
+    body = adapter.index_body(PlainBundle("bundle-a", _Config(16)))
     mapping = os_client.indices.get_mapping(index=index_name)[index_name]["mappings"]
     props = mapping["properties"]
     assert props["lr_dense"]["type"] == "knn_vector" and props["lr_dense"]["dimension"] == 16
@@ -75,17 +78,19 @@ def test_index_from_template(os_client: Any, index_name: str) -> None:
 
 
 def test_bundle_check(os_client: Any, index_name: str) -> None:
-    create_index(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
-    meta = check_index_bundle(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
+    adapter = OpenSearchAdapter(os_client)
+    assert adapter.create_index(index_name, PlainBundle("bundle-a", _Config(8)))
+    meta = adapter.check_bundle(index_name, PlainBundle("bundle-a", _Config(8)))
     assert meta["bundle_id"] == "bundle-a"
     with pytest.raises(BundleMismatchError, match="bundle_id: index has 'bundle-a', bundle has 'bundle-b'"):
-        check_index_bundle(os_client, index_name, PlainBundle("bundle-b", _Config(8)))
+        adapter.check_bundle(index_name, PlainBundle("bundle-b", _Config(8)))
     with pytest.raises(BundleMismatchError, match="dense_dim"):
-        check_index_bundle(os_client, index_name, PlainBundle("bundle-a", _Config(4)))
+        adapter.check_bundle(index_name, PlainBundle("bundle-a", _Config(4)))
     with pytest.raises(EngineError, match="does not exist"):
-        check_index_bundle(os_client, index_name + "-absent", PlainBundle("bundle-a"))
-    with pytest.raises(Exception, match="resource_already_exists"):
-        create_index(os_client, index_name, PlainBundle("bundle-a", _Config(8)))
+        adapter.check_bundle(index_name + "-absent", PlainBundle("bundle-a"))
+    # it exists already: False (another worker won the race), nothing changed
+    assert not adapter.create_index(index_name, PlainBundle("bundle-b", _Config(8)))
+    assert adapter.index_meta(index_name)["bundle_id"] == "bundle-a"
 
 
 def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str) -> None:
@@ -93,7 +98,7 @@ def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str)
     n, dim, n_queries, k = 400, 32, 25, 10
     docs = rng.normal(size=(n, dim)).astype(np.float32)
     queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
-    create_index(os_client, index_name, PlainBundle("b", _Config(dim)))
+    OpenSearchAdapter(os_client).create_index(index_name, PlainBundle("b", _Config(dim)))
     lines: list[dict] = []
     for i, vec in enumerate(docs):
         lines += [{"index": {"_index": index_name, "_id": str(i)}}, {"lr_dense": vec.tolist()}]
@@ -115,7 +120,7 @@ def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str)
 def test_rank_feature_scores_are_the_sparse_dot_product(os_client: Any, index_name: str) -> None:
     rng = np.random.default_rng(11)
     vocab = [f"tok{i}" for i in range(60)]
-    create_index(os_client, index_name, PlainBundle("b"))
+    OpenSearchAdapter(os_client).create_index(index_name, PlainBundle("b"))
     docs: list[dict[str, float]] = []
     lines: list[dict] = []
     for i in range(80):
@@ -151,7 +156,7 @@ TRICKY_TOKENS = ["a.b", ".", "..", "_x", "_", "Ġthe", "âĢĻ", "Ċ", " ", "two
 
 
 def test_tricky_sparse_keys_round_trip(os_client: Any, index_name: str) -> None:
-    create_index(os_client, index_name, PlainBundle("b"))
+    OpenSearchAdapter(os_client).create_index(index_name, PlainBundle("b"))
     lines: list[dict] = []
     for i, token in enumerate(TRICKY_TOKENS):
         doc = {"lr_sparse": {encode_key(token): 1.0 + i, encode_key("common"): 0.5},
@@ -176,7 +181,7 @@ def test_tricky_sparse_keys_round_trip(os_client: Any, index_name: str) -> None:
 def _index_hybrid_corpus(os_client: Any, index: str) -> np.ndarray:
     rng = np.random.default_rng(3)
     docs = rng.normal(size=(60, 8)).astype(np.float32)
-    create_index(os_client, index, PlainBundle("b"))
+    OpenSearchAdapter(os_client).create_index(index, PlainBundle("b"))
     lines: list[dict] = []
     for i, vec in enumerate(docs):
         sparse = {encode_key(f"t{j}"): float(1 + (i * j) % 5) for j in range(i % 4, i % 4 + 3)}

@@ -7,7 +7,7 @@ import pytest
 
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, es_index_body
+from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, ESCapabilities, es_index_body
 from lr_opensearch.search.fusion import fusion_config
 
 FLT = {"term": {"metadata.lang": "en"}}
@@ -75,15 +75,47 @@ def test_rank_features_variant_matches_opensearch_clause():
     ]
 
 
-def test_no_server_side_hybrid_on_elasticsearch():
+def _caps(retrievers: tuple[str, ...] = ("linear", "rrf"), why: str = "") -> ESCapabilities:
+    return ESCapabilities("9.1.0", ("rank-rrf", "x-pack-core"), "trial", True, retrievers, why)
+
+
+def test_server_fusion_needs_a_matching_retriever_and_licence():
     es = ElasticsearchAdapter(client=None)
-    assert not es.server_hybrid_available()
-    with pytest.raises(ConfigError, match="fusion='client'"):
-        es.hybrid_pipeline(fusion_config())
-    with pytest.raises(ConfigError, match="fusion='client'"):
-        es.hybrid_query({}, {})
-    with pytest.raises(ConfigError, match="auto, sparse_vector, rank_features"):
+    es._capabilities = _caps()
+    linear = fusion_config((0.6, 0.4), "linear")
+    assert es.server_fusion_blocker(linear) is None
+    assert es.server_fusion_blocker(fusion_config((0.5, 0.5), "linear", combination="rrf")) is None
+    # what no retriever computes: opensearch semantics, l2, weighted rrf
+    assert "semantics 'opensearch'" in es.server_fusion_blocker(fusion_config((0.6, 0.4)))
+    assert "l2" in es.server_fusion_blocker(fusion_config((0.6, 0.4), "linear", "l2"))
+    assert "unequal" in es.server_fusion_blocker(
+        fusion_config((0.6, 0.4), "linear", combination="rrf"))
+    # a basic licence: no retrievers, and the reason is passed on
+    es._capabilities = _caps((), "the linear and rrf retrievers need an Enterprise licence")
+    assert "Enterprise" in es.server_fusion_blocker(linear)
+    with pytest.raises(ConfigError, match="unknown sparse_type"):
         ElasticsearchAdapter(client=None, sparse_type="splade")
+
+
+def test_linear_and_rrf_retriever_bodies():
+    es = ElasticsearchAdapter(client=None)
+    dense = es.dense_query(np.array([1.0, 0.0], dtype=np.float32), k=50)
+    sparse = es.sparse_query({"wing": 2.0})
+    body = es.hybrid_body([dense, sparse], fusion_config((0.7, 0.3), "linear"), size=50,
+                          source=False, timeout="2s")
+    assert body["size"] == 50 and body["_source"] is False and body["timeout"] == "2s"
+    assert "query" not in body  # the retriever replaces the query
+    linear = body["retriever"]["linear"]
+    assert linear["rank_window_size"] == 50
+    assert linear["retrievers"] == [
+        {"retriever": {"standard": {"query": dense}}, "weight": 0.7, "normalizer": "minmax"},
+        {"retriever": {"standard": {"query": sparse}}, "weight": 0.3, "normalizer": "minmax"},
+    ]
+    rrf = es.hybrid_body([dense, sparse], fusion_config((0.5, 0.5), "linear", combination="rrf",
+                                                        rank_constant=40), size=20)
+    assert rrf["retriever"] == {"rrf": {
+        "retrievers": [{"standard": {"query": dense}}, {"standard": {"query": sparse}}],
+        "rank_constant": 40, "rank_window_size": 20}}
 
 
 def test_make_adapter_picks_elasticsearch_for_es_clients():

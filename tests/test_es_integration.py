@@ -18,7 +18,7 @@ from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.search import Retriever
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, create_es_index
+from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 from lr_opensearch.search.fusion import fuse
 
@@ -35,7 +35,7 @@ def es_corpus(es_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     rng = np.random.default_rng(11)
     vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
     index = f"lr-test-es-{uuid.uuid4().hex[:8]}"
-    create_es_index(client, index, bundle)
+    assert ElasticsearchAdapter(client).create_index(index, bundle)
     sparse, ops = [], []
     for i in range(N_DOCS):
         sp = {
@@ -91,8 +91,10 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     assert all(h.explanation.top_tokens for h in hybrid if h.sparse_score is not None)
     top_sparse = r.search(text, k=1, mode="sparse", explain=True)[0].explanation.top_tokens
     assert top_sparse and {t.key for t in top_sparse} <= set(q.sparse)
-    with pytest.raises(ConfigError, match="no neural-search"):
+    with pytest.raises(ConfigError, match="semantics 'opensearch' has no Elasticsearch"):
         r.search(text, k=5, fusion="server")
+    with pytest.raises(ConfigError, match="rank-rrf module"):  # this distribution lacks it
+        r.search(text, k=5, fusion="server", semantics="linear")
     flt = {"term": {"metadata.group": "a"}}
     assert all(int(h.doc_id[1:]) % 2 for h in r.search(text, k=10, filter=flt))
 
@@ -106,13 +108,13 @@ def test_es_bundle_mismatch(es_corpus: Any, tmp_path: Any) -> None:
 
 def test_lr_index_create_on_elasticsearch(es_url: str, es_client: Any,
                                           tmp_path_factory: pytest.TempPathFactory) -> None:
-    """``lr index create --cluster elasticsearch`` makes the index the adapter searches."""
+    """``lr index create --engine elasticsearch`` makes the index the adapter searches."""
     from lr_opensearch.cli import main
 
     bundle_dir = tiny_bundle(tmp_path_factory.mktemp("escli") / "bundle",
                              wordpiece_tokenizer(padding=False), seed=6)
     index = f"lr-test-es-cli-{uuid.uuid4().hex[:8]}"
-    args = ["index", "create", "--cluster", "elasticsearch", "--url", es_url,
+    args = ["index", "create", "--engine", "elasticsearch", "--url", es_url,
             "--bundle", str(bundle_dir), "--index", index]
     try:
         assert main(args) == 0

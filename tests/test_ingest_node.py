@@ -27,7 +27,7 @@ from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import BundleMismatchError
 from lr_opensearch.indexing.reader import document_text
 from lr_opensearch.indexing.run import run
-from lr_opensearch.search.templates import create_index
+from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 
@@ -130,7 +130,7 @@ def test_bad_input_is_reported_line_by_line_and_nothing_good_is_lost(
     corpus = write_jsonl(tmp_path / "dirty.jsonl", lines)
     dead = tmp_path / "dead.jsonl"
     # an existing index whose metadata.year is numeric: the engine must refuse line 19
-    create_index(os_client, index_name, load_bundle(tiny))
+    OpenSearchAdapter(os_client).create_index(index_name, load_bundle(tiny))
     os_client.indices.put_mapping(index=index_name, body={
         "properties": {"metadata": {"properties": {"year": {"type": "long"}}}}})
     summary = run(ingest_config(corpus, tiny, index_name, opensearch_url, tmp_path / "state",

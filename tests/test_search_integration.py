@@ -25,7 +25,7 @@ from lr_opensearch.search.explain import (
     score_from_inner_product,
 )
 from lr_opensearch.search.fusion import fuse
-from lr_opensearch.search.templates import create_index
+from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 
@@ -47,7 +47,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
     vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
     sparse, groups, ops = [], [], []
     index = f"lr-test-search-{uuid.uuid4().hex[:8]}"
-    create_index(os_client, index, bundle)
+    OpenSearchAdapter(os_client).create_index(index, bundle)
     for i in range(N_DOCS):
         tokens = rng.choice(vocab, size=8, replace=False)
         sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}

@@ -8,9 +8,15 @@ from typing import Any
 
 
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    """--url / --user / --password / --ca-certs / --insecure (env LR_OPENSEARCH_* defaults)."""
+    """--url / --engine / --user / --password / --ca-certs / --insecure (env LR_OPENSEARCH_*
+    defaults)."""
+    from lr_opensearch.options import ENGINE_CHOICES
+
     parser.add_argument("--url", default=None,
                         help="cluster URL (default env LR_OPENSEARCH_URL or http://127.0.0.1:9200)")
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                        help="what the URL points at: opensearch or elasticsearch (default "
+                        "auto: the cluster is asked)")
     parser.add_argument("--user", default=None, help="basic auth user (env LR_OPENSEARCH_USER)")
     parser.add_argument("--password", default=None,
                         help="basic auth password (env LR_OPENSEARCH_PASSWORD)")
@@ -20,13 +26,13 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
                         help="do not verify TLS certificates (self-signed test clusters only)")
 
 
-def client_from_args(args: argparse.Namespace, *, cluster: str = "opensearch") -> Any:
-    """The client for ``--url`` & co.: OpenSearch, or Elasticsearch for ``cluster``."""
-    from lr_opensearch.search.client import make_client, make_es_client
+def client_from_args(args: argparse.Namespace) -> Any:
+    """The client for ``--url`` & co.: OpenSearch or Elasticsearch, as ``--engine`` says or
+    the cluster answers (:func:`lr_opensearch.search.client.connect`)."""
+    from lr_opensearch.search.client import connect
 
-    make = make_es_client if cluster == "elasticsearch" else make_client
-    return make(args.url, user=args.user, password=args.password,
-                       ca_certs=args.ca_certs, verify_certs=not args.insecure)
+    return connect(args.url, engine=args.engine, user=args.user, password=args.password,
+                   ca_certs=args.ca_certs, verify_certs=not args.insecure)
 
 
 def quiet_transport(args: argparse.Namespace) -> None:

@@ -95,12 +95,13 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
 
     Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
     """
-    from lr_opensearch.search.templates import check_index_bundle
+    from lr_opensearch.search.adapters import make_adapter
 
-    if client.indices.exists(index=index):
-        check_index_bundle(client, index, bundle)
-        client.indices.refresh(index=index)
-        count = int(client.count(index=index)["count"])
+    adapter = make_adapter(client)
+    if adapter.index_exists(index):
+        adapter.check_bundle(index, bundle)
+        adapter.refresh(index)
+        count = adapter.count(index)
         if count == dataset.n_docs:
             logger.info("reusing index %s (%d docs, bundle %s)", index, count, bundle.bundle_id)
             return "reused"
@@ -283,6 +284,7 @@ def evaluate(
     index = index or default_index_name(dataset, bundle)
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
     from lr_opensearch.instructions import dataset_instruction
+    from lr_opensearch.search.adapters import client_engine
 
     table, how = dataset_instruction(bundle.instructions, dataset.name, config.instruction)
     name = bundle.resolve_instruction(table)
@@ -294,6 +296,7 @@ def evaluate(
         "docs": dataset.n_docs,
         "split": config.split,
         "index": index,
+        "engine": client_engine(client),
         "index_status": indexing,
         "bundle": str(bundle.path),
         "bundle_id": bundle.bundle_id,

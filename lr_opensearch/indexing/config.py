@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import ENGINE_CHOICES, choice
 
 STDIN = "-"
 
@@ -66,6 +67,10 @@ class ConnectionConfig:
     ca_certs: str | None = None
     verify_certs: bool = True
     timeout: int = 120
+    engine: str = "auto"  # opensearch | elasticsearch | auto (ask the cluster)
+
+    def __post_init__(self) -> None:
+        choice("engine", self.engine, ENGINE_CHOICES)
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from opensearchpy.exceptions import RequestError
-
 from .config import BulkSettings
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+    from lr_opensearch.search.engine import EngineAdapter
 
 logger = logging.getLogger(__name__)
 
 LOAD_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
 
 
-def ensure_index(client: Any, index: str, bundle: Bundle) -> bool:
+def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle) -> bool:
     """Create ``index`` for ``bundle`` if absent, else check its ``_meta`` names this bundle.
 
     Returns:
@@ -34,35 +33,27 @@ def ensure_index(client: Any, index: str, bundle: Bundle) -> bool:
         BundleMismatchError: the index exists and was built with another bundle (nothing is
             written in that case).
     """
-    from lr_opensearch.search.templates import check_index_bundle, create_index
-
-    if client.indices.exists(index=index):
-        check_index_bundle(client, index, bundle)
+    if adapter.index_exists(index):
+        adapter.check_bundle(index, bundle)
         return False
-    try:
-        create_index(client, index, bundle)
-    except RequestError as exc:  # another worker created it first
-        if "resource_already_exists" not in str(exc):
-            raise
-        check_index_bundle(client, index, bundle)
+    if not adapter.create_index(index, bundle):  # another worker created it first
+        adapter.check_bundle(index, bundle)
         return False
-    logger.info("created index %s for bundle %s", index, bundle.bundle_id)
     return True
 
 
-def current_settings(client: Any, index: str) -> dict[str, Any]:
+def current_settings(adapter: EngineAdapter, index: str) -> dict[str, Any]:
     """The explicitly set ``refresh_interval`` / ``number_of_replicas`` (None = engine default)."""
-    body = client.indices.get_settings(index=index)
-    settings = next(iter(body.values()))["settings"]["index"]
+    settings = adapter.index_settings(index)
     return {name: settings.get(name) for name in LOAD_SETTINGS}
 
 
-def apply_load_settings(client: Any, index: str) -> None:
-    client.indices.put_settings(index=index, body={"index": dict(LOAD_SETTINGS)})
+def apply_load_settings(adapter: EngineAdapter, index: str) -> None:
+    adapter.put_index_settings(index, LOAD_SETTINGS)
     logger.info("index %s: refresh off and 0 replicas during the load", index)
 
 
-def restore_settings(client: Any, index: str, original: dict[str, Any] | None,
+def restore_settings(adapter: EngineAdapter, index: str, original: dict[str, Any] | None,
                      wanted: BulkSettings) -> None:
     """Put back the settings found before the load, or the ones the user asked for.
 
@@ -75,9 +66,9 @@ def restore_settings(client: Any, index: str, original: dict[str, Any] | None,
         "number_of_replicas": (wanted.replicas if wanted.replicas is not None
                                else original.get("number_of_replicas")),
     }
-    client.indices.put_settings(index=index, body={"index": body})
+    adapter.put_index_settings(index, body)
     logger.info("index %s: settings after the load: %s", index, body)
 
 
-def final_refresh(client: Any, index: str) -> None:
-    client.indices.refresh(index=index)
+def final_refresh(adapter: EngineAdapter, index: str) -> None:
+    adapter.refresh(index)

@@ -3,7 +3,8 @@
 The one indexing call of the project: ``python -m ingest.bulk`` / ``lr ingest`` (the app,
 with its worker launcher), ``lr eval`` and ``lr demo`` all call it. One run:
 
-1. loads the bundle, connects, creates the index from the template (or checks that the
+1. loads the bundle, connects (OpenSearch or Elasticsearch: the engine adapter does the rest),
+   creates the index from the engine's template (or checks that the
    existing index was built with this bundle: a mismatch stops here, nothing written);
 2. loads the checkpoint of this corpus / index / bundle / worker split, if any;
 3. switches the index to bulk-load settings (remembering the old ones in the checkpoint);
@@ -47,7 +48,8 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
 
     Args:
         config: the run's settings.
-        client: an OpenSearch client to use instead of connecting (tests, benchmarks).
+        client: an OpenSearch or Elasticsearch client to use instead of connecting (tests,
+            benchmarks, ``lr eval``).
         encoder: a loaded ``DocEncoder`` of the same bundle to use instead of loading one.
 
     Raises:
@@ -61,11 +63,13 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
     started = time.perf_counter()
     bundle = load_bundle(config.bundle)
     _fit_hint(bundle, config)
-    client = client if client is not None else connect(config)
-    ensure_index(client, config.index, bundle)
+    from lr_opensearch.search.adapters import make_adapter
+
+    adapter = make_adapter(client if client is not None else connect(config))
+    ensure_index(adapter, config.index, bundle)
     ck = checkpoint_file(config, bundle.bundle_id)
     with ck.exclusive() if ck is not None else contextlib.nullcontext():
-        return _ingest(config, client, encoder, bundle, ck, started)
+        return _ingest(config, adapter, encoder, bundle, ck, started)
 
 
 def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
@@ -80,7 +84,7 @@ def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
                     config.corpus)
 
 
-def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle,
+def _ingest(config: IngestConfig, adapter: Any, encoder: Any, bundle: Bundle,
             ck: CheckpointFile | None, started: float) -> IngestSummary:
     """``run`` once the index is checked and the checkpoint locked."""
     state = load_state(config, ck)
@@ -93,7 +97,7 @@ def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle,
         summary.dead_letter = state.dead_letter
         return summary
     if config.bulk_settings.enabled:
-        begin_load(client, config, ck, state)
+        begin_load(adapter, config, ck, state)
     if encoder is None:
         from lr_opensearch.model import DocEncoder
 
@@ -102,16 +106,16 @@ def _ingest(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle,
                     keep_through_line=state.line)
     state.dead_letter = summary.dead_letter = str(dl.path)
     try:
-        _load(config, client, encoder, bundle, ck, state, dl, summary)
+        _load(config, adapter, encoder, bundle, ck, state, dl, summary)
     finally:
         dl.close()
-    end_load(client, config, ck, state)
+    end_load(adapter, config, ck, state)
     summary.counts, summary.complete = state.counts, True
     summary.extra["wall_s"] = time.perf_counter() - started  # with model loading, settings
     return summary
 
 
-def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
+def _load(config: IngestConfig, adapter: Any, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
           state: CheckpointState, dl: DeadLetter, summary: IngestSummary) -> None:
     """Read, encode and write everything after the checkpoint; updates ``state``/``summary``."""
     wm = Watermark(state.line, state.offset, state.counts)
@@ -122,7 +126,7 @@ def _load(config: IngestConfig, client: Any, encoder: Any, bundle: Bundle, ck: C
             state.line, state.offset, state.counts = wm.snapshot()
             ck.save(state)
 
-    writer = BulkWriter(client, config.index, watermark=wm, dead_letter=dl,
+    writer = BulkWriter(adapter, config.index, watermark=wm, dead_letter=dl,
                         on_chunk_done=save_checkpoint, retry=config.retry,
                         queue_chunks=config.queue_chunks,
                         max_chunk_bytes=config.max_chunk_bytes).start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import LRError
 
@@ -13,17 +13,20 @@ from .checkpoint import CheckpointFile, CheckpointKey, CheckpointState
 from .config import IngestConfig
 from .index_setup import apply_load_settings, current_settings, final_refresh, restore_settings
 
+if TYPE_CHECKING:
+    from lr_opensearch.search.engine import EngineAdapter
+
 logger = logging.getLogger(__name__)
 
 
 def connect(config: IngestConfig) -> Any:
-    """An OpenSearch client for ``config.connection`` (env LR_OPENSEARCH_* as defaults)."""
-    from lr_opensearch.search.client import make_client
+    """The client for ``config.connection`` (env LR_OPENSEARCH_* as defaults): OpenSearch or
+    Elasticsearch, as ``connection.engine`` says or the cluster answers."""
+    from lr_opensearch.search.client import connect as connect_cluster
 
     c = config.connection
-    kwargs: dict[str, Any] = {"user": c.user, "password": c.password, "ca_certs": c.ca_certs,
-                              "verify_certs": c.verify_certs, "timeout": c.timeout}
-    return make_client(c.url, **kwargs) if c.url else make_client(**kwargs)
+    return connect_cluster(c.url, engine=c.engine, user=c.user, password=c.password,
+                           ca_certs=c.ca_certs, verify_certs=c.verify_certs, timeout=c.timeout)
 
 
 def checkpoint_file(config: IngestConfig, bundle_id: str) -> CheckpointFile | None:
@@ -81,23 +84,23 @@ def _warn_stale_checkpoints(ck: CheckpointFile) -> None:
                            other)
 
 
-def begin_load(client: Any, config: IngestConfig, ck: CheckpointFile | None,
+def begin_load(adapter: EngineAdapter, config: IngestConfig, ck: CheckpointFile | None,
                 state: CheckpointState) -> None:
     if state.original_settings is None:
-        state.original_settings = current_settings(client, config.index)
+        state.original_settings = current_settings(adapter, config.index)
         if ck is not None:  # saved before changing anything, so a crash cannot lose them
             ck.save(state)
-    apply_load_settings(client, config.index)
+    apply_load_settings(adapter, config.index)
 
 
-def end_load(client: Any, config: IngestConfig, ck: CheckpointFile | None,
+def end_load(adapter: EngineAdapter, config: IngestConfig, ck: CheckpointFile | None,
               state: CheckpointState) -> None:
     wanted = config.bulk_settings
     if wanted.enabled:
-        restore_settings(client, config.index, state.original_settings, wanted)
+        restore_settings(adapter, config.index, state.original_settings, wanted)
     elif wanted.refresh_interval is not None or wanted.replicas is not None:
-        restore_settings(client, config.index, current_settings(client, config.index), wanted)
-    final_refresh(client, config.index)
+        restore_settings(adapter, config.index, current_settings(adapter, config.index), wanted)
+    final_refresh(adapter, config.index)
     state.complete = True
     if ck is not None:
         ck.save(state)

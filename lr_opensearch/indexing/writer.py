@@ -1,8 +1,9 @@
 """The bulk writer: a thread that sends encoded chunks while the encoder works on the next.
 
 Chunks go through a bounded queue (so memory stays bounded and a slow cluster slows the
-encoder down instead of filling RAM). Each chunk is sent with the official
-``opensearchpy.helpers.streaming_bulk``; per item:
+encoder down instead of filling RAM). Each chunk is sent with the engine client's own bulk
+helper (``opensearchpy.helpers.streaming_bulk`` or ``elasticsearch.helpers.streaming_bulk``,
+through :meth:`EngineAdapter.bulk <lr_opensearch.search.engine.EngineAdapter.bulk>`); per item:
 
 - acknowledged (2xx): settled as indexed;
 - 429, 5xx or no answer (connection error, timeout): retried, only the failed items, with
@@ -26,8 +27,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from opensearchpy import helpers
 
 from lr_opensearch.errors import IngestError
 
@@ -78,7 +77,7 @@ class BulkWriter:
     """Send chunks of ``Doc`` to one index from a background thread.
 
     Args:
-        client: an ``opensearchpy.OpenSearch`` (or anything with its ``bulk`` / ``transport``).
+        adapter: the engine adapter of the cluster's client (``make_adapter(client)``).
         index: target index.
         watermark: settled here as the engine answers.
         dead_letter: receives permanent per-document failures.
@@ -89,11 +88,11 @@ class BulkWriter:
         seed: for the jitter (tests); None = random.
     """
 
-    def __init__(self, client: Any, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
+    def __init__(self, adapter: Any, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
                  on_chunk_done: Callable[[], None], retry: RetryPolicy | None = None,
                  queue_chunks: int = 2, max_chunk_bytes: int = 50 * 1024 * 1024,
                  seed: int | None = None) -> None:
-        self.client = client
+        self.adapter = adapter
         self.index = index
         self.watermark = watermark
         self.dead_letter = dead_letter
@@ -207,15 +206,10 @@ class BulkWriter:
 
     def _send(self, docs: list[Doc]) -> list[tuple[Doc, bool, dict[str, Any]]]:
         """One pass of the bulk helper over ``docs``; results in the same order as ``docs``."""
-        actions = ({"_op_type": "index", "_index": self.index, "_id": d.id, "_source": d.source}
-                   for d in docs)
+        actions = [{"_op_type": "index", "_index": self.index, "_id": d.id, "_source": d.source}
+                   for d in docs]
         t0 = time.perf_counter()
-        results: list[tuple[bool, dict[str, Any]]] = []
-        for ok, item in helpers.streaming_bulk(
-                self.client, actions, chunk_size=len(docs), max_chunk_bytes=self.max_chunk_bytes,
-                raise_on_error=False, raise_on_exception=False, max_retries=0, yield_ok=True):
-            _, info = next(iter(item.items()))
-            results.append((ok, info))
+        results = self.adapter.bulk(actions, max_chunk_bytes=self.max_chunk_bytes)
         self.write_s += time.perf_counter() - t0
         if len(results) != len(docs):  # internal invariant of the helper
             raise IngestError(f"bulk helper answered {len(results)} items for {len(docs)} documents")

@@ -1,4 +1,5 @@
-"""Making an OpenSearch client (URL, TLS, basic auth) and detecting what the cluster can do.
+"""Connecting to a cluster (URL, TLS, basic auth; OpenSearch or Elasticsearch, detected)
+and detecting what it can do.
 
 Environment defaults, used when an argument is not given:
 
@@ -15,14 +16,16 @@ from __future__ import annotations
 import logging
 import os
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lr_opensearch.errors import ConfigError, EngineError
+from lr_opensearch.options import ENGINE_CHOICES, choice
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:9200"
+ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
 _FALSE = {"0", "false", "no", "off"}
 
 
@@ -30,7 +33,7 @@ def _split_url(url: str) -> tuple[str, str | None, str | None]:
     """Remove ``user:password@`` from a URL; return (clean URL, user, password)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"OpenSearch URL {url!r} must look like http(s)://host:port")
+        raise ConfigError(f"cluster URL {url!r} must look like http(s)://host:port")
     if parts.username is None:
         return url, None, None
     netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
@@ -40,10 +43,49 @@ def _split_url(url: str) -> tuple[str, str | None, str | None]:
     return clean, user, password
 
 
+@dataclass(frozen=True)
+class Connection:
+    """Resolved connection settings (arguments first, then the LR_OPENSEARCH_* environment).
+
+    The password is kept out of ``repr`` so a logged or printed Connection never shows it.
+    """
+
+    url: str
+    user: str | None
+    password: str | None = field(repr=False)
+    ca_certs: str | None
+    verify_certs: bool
+    timeout: float
+
+
+def resolve_connection(url: str | None = None, *, user: str | None = None,
+                       password: str | None = None, ca_certs: str | None = None,
+                       verify_certs: bool | None = True, timeout: float = 30) -> Connection:
+    """The one reading of connection arguments and their environment defaults.
+
+    Raises:
+        ConfigError: malformed URL, or a password without a user.
+    """
+    url = url or os.environ.get("LR_OPENSEARCH_URL") or DEFAULT_URL
+    url, url_user, url_password = _split_url(url)
+    user = user or url_user or os.environ.get("LR_OPENSEARCH_USER") or None
+    password = password or url_password or os.environ.get("LR_OPENSEARCH_PASSWORD") or None
+    ca_certs = ca_certs or os.environ.get("LR_OPENSEARCH_CA_CERTS") or None
+    env_verify = os.environ.get("LR_OPENSEARCH_VERIFY_CERTS")
+    if verify_certs is None or (verify_certs and env_verify is not None):
+        verify_certs = (env_verify or "true").strip().lower() not in _FALSE
+    if password and not user:
+        raise ConfigError("a cluster password was given without a user "
+                          "(set LR_OPENSEARCH_USER or pass --user)")
+    if url.startswith("https://") and not verify_certs:
+        logger.warning("TLS certificate verification is OFF for %s", url)
+    return Connection(url, user, password, ca_certs, bool(verify_certs), float(timeout))
+
+
 def make_client(url: str | None = None, *, user: str | None = None,
                 password: str | None = None, ca_certs: str | None = None,
                 verify_certs: bool | None = True, timeout: float = 30) -> Any:
-    """An ``opensearchpy.OpenSearch`` client for one cluster.
+    """An ``opensearchpy.OpenSearch`` client for one cluster (no request is sent).
 
     Args:
         url: cluster URL (default env LR_OPENSEARCH_URL, else http://127.0.0.1:9200).
@@ -55,56 +97,120 @@ def make_client(url: str | None = None, *, user: str | None = None,
     Raises:
         ConfigError: malformed URL, or a password without a user.
     """
+    c = resolve_connection(url, user=user, password=password, ca_certs=ca_certs,
+                           verify_certs=verify_certs, timeout=timeout)
+    return _opensearch_client(c)
+
+
+def _opensearch_client(c: Connection) -> Any:
     from opensearchpy import OpenSearch
 
-    url = url or os.environ.get("LR_OPENSEARCH_URL") or DEFAULT_URL
-    url, url_user, url_password = _split_url(url)
-    user = user or url_user or os.environ.get("LR_OPENSEARCH_USER") or None
-    password = password or url_password or os.environ.get("LR_OPENSEARCH_PASSWORD") or None
-    ca_certs = ca_certs or os.environ.get("LR_OPENSEARCH_CA_CERTS") or None
-    env_verify = os.environ.get("LR_OPENSEARCH_VERIFY_CERTS")
-    if verify_certs is None or (verify_certs and env_verify is not None):
-        verify_certs = (env_verify or "true").strip().lower() not in _FALSE
-    if password and not user:
-        raise ConfigError("an OpenSearch password was given without a user "
-                          "(set LR_OPENSEARCH_USER or pass user=)")
-    kwargs: dict[str, Any] = {"hosts": [url], "timeout": timeout, "http_compress": False}
-    if user:
-        kwargs["http_auth"] = (user, password or "")
-    if url.startswith("https://"):
-        kwargs.update(use_ssl=True, verify_certs=bool(verify_certs),
-                      ssl_show_warn=bool(verify_certs))
-        if ca_certs:
-            kwargs["ca_certs"] = ca_certs
-        if not verify_certs:
-            logger.warning("TLS certificate verification is OFF for %s", url)
+    kwargs: dict[str, Any] = {"hosts": [c.url], "timeout": c.timeout, "http_compress": False}
+    if c.user:
+        kwargs["http_auth"] = (c.user, c.password or "")
+    if c.url.startswith("https://"):
+        kwargs.update(use_ssl=True, verify_certs=c.verify_certs, ssl_show_warn=c.verify_certs)
+        if c.ca_certs:
+            kwargs["ca_certs"] = c.ca_certs
     return OpenSearch(**kwargs)
 
 
 def make_es_client(url: str | None = None, *, user: str | None = None,
                    password: str | None = None, ca_certs: str | None = None,
-                   verify_certs: bool = True, timeout: float = 30) -> Any:
-    """An ``elasticsearch.Elasticsearch`` client (needs ``.[es]``); arguments as
-    :func:`make_client`, with the same environment defaults."""
+                   verify_certs: bool | None = True, timeout: float = 30) -> Any:
+    """An ``elasticsearch.Elasticsearch`` client (needs ``.[es]``); arguments and
+    environment defaults as :func:`make_client`. No request is sent."""
+    c = resolve_connection(url, user=user, password=password, ca_certs=ca_certs,
+                           verify_certs=verify_certs, timeout=timeout)
+    return _elasticsearch_client(c)
+
+
+def _elasticsearch_client(c: Connection) -> Any:
     try:
         from elasticsearch import Elasticsearch
     except ImportError as exc:
         raise ConfigError("the Elasticsearch client is not installed: pip install "
                           "'lr-opensearch[es]'") from exc
 
-    url = url or os.environ.get("LR_OPENSEARCH_URL") or DEFAULT_URL
-    url, url_user, url_password = _split_url(url)
-    user = user or url_user or os.environ.get("LR_OPENSEARCH_USER") or None
-    password = password or url_password or os.environ.get("LR_OPENSEARCH_PASSWORD") or None
-    kwargs: dict[str, Any] = {"request_timeout": timeout}
-    if user:
-        kwargs["basic_auth"] = (user, password or "")
-    if url.startswith("https://"):
-        kwargs["verify_certs"] = verify_certs
-        ca_certs = ca_certs or os.environ.get("LR_OPENSEARCH_CA_CERTS") or None
-        if ca_certs:
-            kwargs["ca_certs"] = ca_certs
-    return Elasticsearch(url, **kwargs)
+    kwargs: dict[str, Any] = {"request_timeout": c.timeout}
+    if c.user:
+        kwargs["basic_auth"] = (c.user, c.password or "")
+    if c.url.startswith("https://"):
+        kwargs["verify_certs"] = c.verify_certs
+        if not c.verify_certs:
+            kwargs["ssl_show_warn"] = False
+        if c.ca_certs:
+            kwargs["ca_certs"] = c.ca_certs
+    return Elasticsearch(c.url, **kwargs)
+
+
+def detect_engine(url: str | None = None, **kwargs: Any) -> tuple[str, str]:
+    """Ask the cluster at ``url`` what it is: (``opensearch`` | ``elasticsearch``, version).
+
+    Reads ``_nodes/_local`` (``GET /`` is not served by every Elasticsearch build): an
+    Elasticsearch node reports a ``build_flavor``, an OpenSearch node does not. Keyword
+    arguments are those of :func:`make_client`.
+
+    Raises:
+        EngineError: the cluster does not answer (the URL and the reason are named).
+    """
+    c = resolve_connection(url, **kwargs)
+    return _detect(_opensearch_client(c), c.url)
+
+
+def _detect(client: Any, url: str) -> tuple[str, str]:
+    try:
+        resp = client.transport.perform_request(
+            "GET", "/_nodes/_local",
+            params={"filter_path": "nodes.*.version,nodes.*.build_flavor"})
+    except Exception as exc:  # noqa: BLE001 - any transport failure: name the cluster
+        raise EngineError(f"the cluster at {url} did not answer: {_short(exc)}") from exc
+    nodes = list((resp or {}).get("nodes", {}).values())
+    if not nodes:
+        raise EngineError(f"the cluster at {url} answered _nodes/_local without a node; is "
+                          "it an OpenSearch or Elasticsearch cluster?")
+    node = nodes[0]
+    engine = "elasticsearch" if "build_flavor" in node else "opensearch"
+    return engine, str(node.get("version", "?"))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def connect(url: str | None = None, *, engine: str = "auto", user: str | None = None,
+            password: str | None = None, ca_certs: str | None = None,
+            verify_certs: bool | None = True, timeout: float = 30) -> Any:
+    """A client of the right kind for the cluster at ``url``: the entry point of every
+    command that talks to a cluster.
+
+    Args:
+        engine: ``auto`` (ask the cluster: one ``_nodes/_local`` request), ``opensearch``
+            or ``elasticsearch``. A named engine is checked against the cluster's answer.
+        other arguments: as :func:`make_client` (same environment defaults).
+
+    Returns:
+        ``opensearchpy.OpenSearch`` or ``elasticsearch.Elasticsearch``.
+
+    Raises:
+        ConfigError: bad arguments, or ``engine`` names what the cluster is not.
+        EngineError: the cluster does not answer.
+    """
+    choice("engine", engine, ENGINE_CHOICES)
+    c = resolve_connection(url, user=user, password=password, ca_certs=ca_certs,
+                           verify_certs=verify_certs, timeout=timeout)
+    probe = _opensearch_client(c)
+    found, version = _detect(probe, c.url)
+    if engine != "auto" and engine != found:
+        raise ConfigError(f"--engine {engine} was given, but the cluster at {c.url} is "
+                          f"{ENGINE_NAMES[found]} {version}; pass --engine {found} or "
+                          "--engine auto")
+    logger.debug("%s is %s %s", c.url, found, version)
+    if found == "opensearch":
+        return probe
+    probe.close()
+    return _elasticsearch_client(c)
 
 
 @dataclass(frozen=True)

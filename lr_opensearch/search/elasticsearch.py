@@ -13,15 +13,21 @@ Index layout (see :func:`es_index_body`):
   ``sparse_vector`` field is a linear feature query); for ``rank_features`` it is the
   same ``rank_feature`` query as on OpenSearch.
 
-Elasticsearch has no neural-search ``hybrid`` query, so hybrid search always fuses client
-side (``_msearch`` + :mod:`lr_opensearch.search.fusion`).
+Server-side fusion uses Elasticsearch's retrievers where the cluster has them: the
+``linear`` retriever with the ``minmax`` normalizer for the ``linear`` semantics with
+``min_max`` + ``arithmetic_mean``, the ``rrf`` retriever for ``rrf`` with equal leg weights.
+Both live in the ``rank-rrf`` module and need an Enterprise (or trial) licence; a cluster
+without them (the basic licence, or a distribution without the module, such as the
+integ-test build ``lr node`` installs) fuses client side (``_msearch`` +
+:mod:`lr_opensearch.search.fusion`), and the retriever says so in one log line.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +45,7 @@ from lr_opensearch.search.engine import (
     vector_list,
 )
 from lr_opensearch.search.fusion import FusionConfig
-from lr_opensearch.search.templates import check_index_bundle, render_es_index_body
+from lr_opensearch.search.templates import check_meta, render_es_index_body
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -65,24 +71,69 @@ def es_index_body(*, sparse_type: str = "sparse_vector", **opts: Any) -> dict[st
     return body
 
 
-def create_es_index(client: Any, index: str, bundle: Bundle, **opts: Any) -> dict[str, Any]:
-    """Create an Elasticsearch index for ``bundle`` (options: see :func:`es_index_body`)."""
-    cfg = bundle.config
-    body = es_index_body(
-        dense_dim=int(cfg.served_dim),
-        bundle_id=str(bundle.bundle_id),
-        key_encoding=str(cfg.key_encoding),
-        **opts,
-    )
+RRF_MODULES = ("rank-rrf", "x-pack-rank-rrf")  # the module of the linear / rrf retrievers
+RETRIEVER_LICENCES = ("enterprise", "trial")  # licence types that allow them
+
+
+@dataclass(frozen=True)
+class ESCapabilities:
+    """What an Elasticsearch cluster offers for fusion.
+
+    Attributes:
+        version: server version, e.g. "9.1.0".
+        modules: module and plugin names present on every node.
+        licence: licence type (``basic``, ``trial``, ``enterprise``, ...; ``none`` when the
+            cluster has no licence API) and whether it is active.
+        retrievers: the fusion retrievers usable here (``linear``, ``rrf``), or none.
+        why_not: why there are none (for the log line), else "".
+    """
+
+    version: str
+    modules: tuple[str, ...]
+    licence: str
+    licence_active: bool
+    retrievers: tuple[str, ...]
+    why_not: str
+
+    @property
+    def server_hybrid(self) -> bool:
+        return bool(self.retrievers)
+
+
+def es_capabilities(client: Any) -> ESCapabilities:
+    """Read modules (``_nodes/plugins``) and the licence (``_license``) of a cluster.
+
+    Raises:
+        EngineError: the cluster does not answer.
+    """
     try:
-        client.indices.create(index=index, settings=body["settings"], mappings=body["mappings"])
+        nodes = dict(client.nodes.info(metric="plugins"))["nodes"]
     except (ApiError, TransportError) as exc:
-        raise EngineError(f"could not create Elasticsearch index {index!r}: {exc}") from exc
-    return body
+        raise EngineError(f"cannot read the modules of the Elasticsearch cluster: {exc}") from exc
+    per_node = [
+        {m["name"] for m in n.get("modules", []) + n.get("plugins", [])} for n in nodes.values()
+    ]
+    everywhere = tuple(sorted(set.intersection(*per_node))) if per_node else ()
+    versions = sorted({str(n.get("version", "?")) for n in nodes.values()})
+    try:
+        lic = dict(client.license.get())["license"]
+        licence, active = str(lic.get("type", "none")), lic.get("status") == "active"
+    except (ApiError, TransportError):
+        licence, active = "none", False
+    has_module = any(m in everywhere for m in RRF_MODULES)
+    why = ""
+    if not has_module:
+        why = ("its nodes lack the rank-rrf module that holds the linear and rrf retrievers "
+               f"(modules: {', '.join(everywhere) or 'none'})")
+    elif licence not in RETRIEVER_LICENCES or not active:
+        why = (f"the linear and rrf retrievers need an Enterprise or trial licence; this "
+               f"cluster's is {licence}{'' if active else ' (inactive)'}")
+    retrievers = () if why else ("linear", "rrf")
+    return ESCapabilities(",".join(versions), everywhere, licence, bool(active), retrievers, why)
 
 
 class ElasticsearchAdapter(EngineAdapter):
-    """Request bodies and transport for Elasticsearch (client fusion only).
+    """Request bodies, transport and index administration for Elasticsearch.
 
     Args:
         client: an ``elasticsearch.Elasticsearch`` client.
@@ -108,6 +159,7 @@ class ElasticsearchAdapter(EngineAdapter):
             )
         self.sparse_type = "sparse_vector" if sparse_type == "auto" else sparse_type
         self._auto = sparse_type == "auto"
+        self._capabilities: ESCapabilities | None = None
 
     def dense_query(
         self, vector: np.ndarray, *, k: int, filter: Filter = None, ef_search: int | None = None
@@ -143,32 +195,102 @@ class ElasticsearchAdapter(EngineAdapter):
             query["bool"]["filter"] = clauses
         return query
 
-    def hybrid_query(self, *legs: Mapping[str, Any]) -> dict[str, Any]:
-        raise ConfigError("Elasticsearch has no neural-search hybrid query; use fusion='client'")
+    # ---- server-side fusion: the linear / rrf retrievers -----------------------------
+    def capabilities(self) -> ESCapabilities:
+        """The cluster's modules, licence and fusion retrievers, read once."""
+        if self._capabilities is None:
+            self._capabilities = es_capabilities(self.client)
+            logger.debug("Elasticsearch capabilities: %s", self._capabilities)
+        return self._capabilities
 
-    def capabilities(self) -> Any:
-        return {"engine": "elasticsearch", "neural_search": False}
+    def server_fusion_blocker(self, config: FusionConfig) -> str | None:
+        """Why ``config`` cannot be fused by this cluster's retrievers (None: it can)."""
+        if config.semantics != "linear":
+            return (f"semantics {config.semantics!r} has no Elasticsearch retriever (the "
+                    "linear retriever matches semantics 'linear')")
+        if config.combination == "rrf":
+            if len(set(config.leg_weights)) > 1:
+                return "the rrf retriever is unweighted; these legs have unequal weights"
+        elif (config.normalization, config.combination) != ("min_max", "arithmetic_mean"):
+            return (f"{config.normalization} + {config.combination} has no Elasticsearch "
+                    "retriever (the linear retriever does min_max + arithmetic_mean)")
+        caps = self.capabilities()
+        if not caps.server_hybrid:
+            return f"the Elasticsearch {caps.version} cluster cannot fuse: {caps.why_not}"
+        return None
 
-    def server_hybrid_available(self) -> bool:
-        return False
+    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
+        """One search body fusing the legs' queries with a ``linear`` (min-max normalised,
+        weighted sum) or ``rrf`` retriever; every leg keeps its ``size`` best hits."""
+        children = [{"standard": {"query": dict(q)}} for q in legs]
+        if config.combination == "rrf":
+            retriever: dict[str, Any] = {"rrf": {
+                "retrievers": children, "rank_constant": int(config.rank_constant),
+                "rank_window_size": int(size)}}
+        else:
+            retriever = {"linear": {
+                "retrievers": [{"retriever": child, "weight": float(w), "normalizer": "minmax"}
+                               for child, w in zip(children, config.leg_weights, strict=True)],
+                "rank_window_size": int(size)}}
+        body: dict[str, Any] = {"size": int(size), "retriever": retriever,
+                                "track_total_hits": False}
+        if source is not None:
+            body["_source"] = source
+        if timeout:
+            body["timeout"] = timeout
+        return body
 
-    def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
-        raise ConfigError("Elasticsearch has no normalization search pipeline; use fusion='client'")
+    # ---- index administration ------------------------------------------------------
+    def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
+                   shards: int = 1, replicas: int = 0, sparse_type: str = "sparse_vector",
+                   **engine_opts: Any) -> dict[str, Any]:
+        """:func:`es_index_body` for ``bundle`` (``sparse_type``: sparse_vector or
+        rank_features)."""
+        if engine_opts:
+            raise ConfigError(f"unknown Elasticsearch index option(s) {sorted(engine_opts)}")
+        cfg = bundle.config
+        return es_index_body(sparse_type=sparse_type, dense_dim=int(cfg.served_dim),
+                             bundle_id=str(bundle.bundle_id), key_encoding=str(cfg.key_encoding),
+                             m=m, ef_construction=ef_construction, shards=shards,
+                             replicas=replicas)
 
-    def check_bundle(self, index: str, bundle: Bundle) -> None:
-        """:func:`lr_opensearch.search.templates.check_index_bundle`, then read the sparse type."""
-        try:
-            check_index_bundle(self.client, index, bundle)
-            resp = self.client.indices.get_mapping(index=index) if self._auto else {}
-        except (ApiError, TransportError) as exc:
-            raise EngineError(
-                f"cannot read the mapping of Elasticsearch index {index!r}: {exc}"
-            ) from exc
-        for value in dict(resp).values():
-            field = value.get("mappings", {}).get("properties", {}).get(self.sparse_field, {})
+    def _create(self, index: str, body: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, settings=body["settings"],
+                                          mappings=body["mappings"])
+
+    def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
+        return self.client.indices.put_settings(index=index, settings=body)
+
+    def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
+        """The bundle check of every engine, then the sparse field type (``auto``)."""
+        mapping = self.index_mapping(index)
+        meta = check_meta(dict(mapping.get("_meta", {}).get("lightretriever", {})), index,
+                          bundle)
+        if self._auto:
+            field = mapping.get("properties", {}).get(self.sparse_field, {})
             if field.get("type") in ES_SPARSE_TYPES:
                 self.sparse_type = field["type"]
+        return meta
 
+    def bulk(self, actions: Sequence[Mapping[str, Any]], *,
+             max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:
+        from elasticsearch import helpers
+
+        out: list[tuple[bool, dict[str, Any]]] = []
+        try:
+            for ok, item in helpers.streaming_bulk(
+                    self.client, [dict(a) for a in actions], chunk_size=max(1, len(actions)),
+                    max_chunk_bytes=max_chunk_bytes, raise_on_error=False,
+                    raise_on_exception=False, max_retries=0, yield_ok=True):
+                out.append((bool(ok), dict(next(iter(item.values())))))
+        except TransportError as exc:  # no answer: the helper lets these through
+            for action in actions[len(out):]:
+                out.append((False, {"_id": action.get("_id"), "status": "N/A",
+                                    "error": str(exc), "exception": exc}))
+        return out
+
+    # ---- transport -----------------------------------------------------------------
     def _send_msearch(self, lines: list[Any]) -> Any:
         return self.client.msearch(searches=lines)
 

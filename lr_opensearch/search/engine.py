@@ -1,9 +1,11 @@
-"""What the engine adapters share: field names, hits, filters, response parsing, and the
-one chunked ``_msearch`` / ``_mget`` loop.
+"""What the engine adapters share: field names, hits, filters, response parsing, the one
+chunked ``_msearch`` / ``_mget`` loop, and index administration (create, check the bundle,
+settings, refresh, bulk) for ingest, ``lr index`` and ``lr eval``.
 
 :class:`EngineAdapter` is the base of :class:`~lr_opensearch.search.opensearch.OpenSearchAdapter`
 and :class:`~lr_opensearch.search.elasticsearch.ElasticsearchAdapter`, which add their query
-DSL and the two transport calls (``_send_msearch``, ``_send_mget``) in their client's spelling.
+DSL and the calls whose spelling differs between the two clients (``_send_msearch``,
+``_send_mget``, ``_create``, ``_put_settings``, ``bulk``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lr_opensearch.errors import ConfigError, EngineError
+from lr_opensearch.search.templates import META_KEY, check_meta
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
+    from lr_opensearch.search.fusion import FusionConfig
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +141,23 @@ class EngineAdapter:
         self.dense_field = dense_field
         self.sparse_field = sparse_field
 
+    # ---- query clauses (the engine's DSL) ----------------------------------------------
+    def dense_query(self, vector: np.ndarray, *, k: int, filter: Filter = None,
+                    ef_search: int | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def server_fusion_blocker(self, config: FusionConfig) -> str | None:
+        """Why the cluster cannot fuse ``config`` itself (None: it can)."""
+        raise NotImplementedError
+
+    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
+        """One search body that the cluster fuses (only when the blocker says None)."""
+        raise NotImplementedError
+
     def text_query(self, text: str, *, filter: Filter = None) -> dict[str, Any]:
         """BM25 baseline: ``multi_match`` over title and text."""
         query: dict[str, Any] = {"multi_match": {"query": text, "fields": list(TEXT_FIELDS)}}
@@ -209,3 +233,121 @@ class EngineAdapter:
 
     def _send_mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
         raise NotImplementedError
+
+    # ---- index administration ------------------------------------------------------
+    def _admin(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one administrative call; a refusal or no answer becomes an EngineError."""
+        try:
+            return call(*args, **kwargs)
+        except self.transport_errors as exc:
+            raise EngineError(f"{what} on {self.engine} failed: {exc}") from exc
+
+    def index_exists(self, index: str) -> bool:
+        return bool(self._admin(f"checking index {index!r}", self.client.indices.exists,
+                                index=index))
+
+    def index_mapping(self, index: str) -> dict[str, Any]:
+        """The index's ``mappings`` object.
+
+        Raises:
+            EngineError: the index does not exist (with how to create it), or no answer.
+        """
+        try:
+            resp = self.client.indices.get_mapping(index=index)
+        except self.transport_errors as exc:
+            if status_of(exc) == 404:
+                raise EngineError(f"{self.engine} index {index!r} does not exist; create it "
+                                  f"with `lr index create --bundle BUNDLE --index {index}` or "
+                                  "ingest into it") from exc
+            raise EngineError(f"cannot read the mapping of {self.engine} index {index!r}: "
+                              f"{exc}") from exc
+        return dict(next(iter(dict(resp).values()))["mappings"])
+
+    def index_meta(self, index: str) -> dict[str, Any]:
+        """``_meta.lightretriever`` of an index ({} if the index has no such block)."""
+        return dict(self.index_mapping(index).get("_meta", {}).get(META_KEY, {}))
+
+    def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
+        """Check that ``index`` was created for ``bundle``; return its ``_meta.lightretriever``.
+
+        Raises:
+            BundleMismatchError: another bundle id, dense dimension or key encoding, or no
+                LightRetriever ``_meta``.
+            EngineError: the index does not exist or the cluster does not answer.
+        """
+        return check_meta(self.index_meta(index), index, bundle)
+
+    def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
+                   shards: int = 1, replicas: int = 0, **engine_opts: Any) -> dict[str, Any]:
+        """The create-index body for ``bundle`` (the engine's template): HNSW ``m`` /
+        ``ef_construction``, sharding, and the engine's own options."""
+        raise NotImplementedError
+
+    def create_index(self, index: str, bundle: Bundle, **opts: Any) -> bool:
+        """Create ``index`` for ``bundle`` (``opts``: the template's, see :meth:`index_body`).
+
+        Returns:
+            True if created; False if it already existed (another worker may have created it
+            first: callers check the bundle then).
+
+        Raises:
+            EngineError: any other refusal, with the server's reason.
+        """
+        body = self.index_body(bundle, **opts)
+        try:
+            self._create(index, body)
+        except self.transport_errors as exc:
+            if status_of(exc) == 400 and "resource_already_exists" in str(exc):
+                return False
+            raise EngineError(f"the {self.engine} cluster refused to create index {index!r}: "
+                              f"{exc}{self.create_hint}") from exc
+        logger.info("created %s index %s (dim %d, bundle %s)", self.engine, index,
+                    bundle.config.served_dim, bundle.bundle_id)
+        return True
+
+    create_hint = ""
+
+    def _create(self, index: str, body: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def index_settings(self, index: str) -> dict[str, Any]:
+        """The index's ``settings.index`` object."""
+        resp = self._admin(f"reading the settings of index {index!r}",
+                           self.client.indices.get_settings, index=index)
+        return dict(next(iter(dict(resp).values()))["settings"]["index"])
+
+    def put_index_settings(self, index: str, settings: Mapping[str, Any]) -> None:
+        """Set dynamic ``index.*`` settings (a None value resets one to the default)."""
+        self._admin(f"changing the settings of index {index!r}", self._put_settings, index,
+                    {"index": dict(settings)})
+
+    def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def refresh(self, index: str) -> None:
+        self._admin(f"refreshing index {index!r}", self.client.indices.refresh, index=index)
+
+    def count(self, index: str) -> int:
+        resp = self._admin(f"counting index {index!r}", self.client.count, index=index)
+        return int(resp["count"])
+
+    def delete_index(self, index: str) -> None:
+        self._admin(f"deleting index {index!r}", self.client.indices.delete, index=index)
+
+    def bulk(self, actions: Sequence[Mapping[str, Any]], *,
+             max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:
+        """Send index actions through the client's own ``streaming_bulk`` helper, once
+        (no retries here: the ingest writer owns them).
+
+        Returns one (acknowledged?, item info) per action, in order. A request that got no
+        answer gives every action of it ``{"status": "N/A", "error": ..., "exception": ...}``.
+        """
+        raise NotImplementedError
+
+
+def status_of(exc: BaseException) -> Any:
+    """The HTTP status of an engine client's exception (either client), or None."""
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(getattr(exc, "meta", None), "status", None)
+    return status

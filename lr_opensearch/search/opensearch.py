@@ -19,12 +19,13 @@ methods for Elasticsearch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
+from lr_opensearch.errors import ConfigError
 from lr_opensearch.search.engine import (
     DENSE_FIELD,
     SPARSE_FIELD,
@@ -109,10 +110,21 @@ class OpenSearchAdapter(EngineAdapter):
     def server_hybrid_available(self) -> bool:
         return bool(getattr(self.capabilities(), "neural_search", False))
 
-    def check_bundle(self, index: str, bundle: Bundle) -> None:
-        from lr_opensearch.search.templates import check_index_bundle
+    def server_fusion_blocker(self, config: FusionConfig) -> str | None:
+        """Why ``config`` cannot be fused by this cluster (None: it can): the ``hybrid``
+        query needs neural-search and follows the ``opensearch`` semantics only."""
+        if config.semantics != "opensearch":
+            return f"semantics {config.semantics!r} exists only client side"
+        if not self.server_hybrid_available():
+            return "the OpenSearch cluster has no neural-search plugin (hybrid query)"
+        return None
 
-        check_index_bundle(self.client, index, bundle)
+    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
+        """One search body: the ``hybrid`` query of the legs with its normalization
+        pipeline inline."""
+        return self.body(self.hybrid_query(*legs), size=size, source=source, timeout=timeout,
+                         pipeline=self.hybrid_pipeline(config))
 
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         """The normalization search pipeline for these fusion settings, sent inline.
@@ -143,3 +155,40 @@ class OpenSearchAdapter(EngineAdapter):
 
     def _send_mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
         return self.client.mget(index=index, body={"docs": docs})
+
+    # ---- index administration ------------------------------------------------------
+    create_hint = ". Does it have the k-NN plugin on every node (lr node status / _cat/plugins)?"
+
+    def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
+                   shards: int = 1, replicas: int = 0, knn_engine: str = "lucene",
+                   **engine_opts: Any) -> dict[str, Any]:
+        """``index_templates/opensearch/index.json`` for ``bundle``: ``knn_vector`` with
+        ``knn_engine`` (lucene or faiss), HNSW ``m`` / ``ef_construction``, sharding."""
+        from lr_opensearch.search.templates import render_index_body
+
+        if engine_opts:
+            raise ConfigError(f"unknown OpenSearch index option(s) {sorted(engine_opts)}")
+
+        return render_index_body(dense_dim=int(bundle.config.served_dim),
+                                 bundle_id=str(bundle.bundle_id),
+                                 key_encoding=str(bundle.config.key_encoding), engine=knn_engine,
+                                 m=m, ef_construction=ef_construction, shards=shards,
+                                 replicas=replicas)
+
+    def _create(self, index: str, body: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, body=body)
+
+    def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
+        return self.client.indices.put_settings(index=index, body=body)
+
+    def bulk(self, actions: Sequence[Mapping[str, Any]], *,
+             max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:
+        from opensearchpy import helpers
+
+        out = []
+        for ok, item in helpers.streaming_bulk(
+                self.client, actions, chunk_size=max(1, len(actions)),
+                max_chunk_bytes=max_chunk_bytes, raise_on_error=False, raise_on_exception=False,
+                max_retries=0, yield_ok=True):
+            out.append((bool(ok), dict(next(iter(item.values())))))
+        return out

@@ -1,11 +1,12 @@
 """``Retriever``: from query text to ranked, explained hits on a LightRetriever index.
 
 Queries are encoded by the bundle's :class:`~lr_opensearch.query.QueryEncoder` (no model
-forward), then searched as dense (``knn``), sparse (``rank_feature`` dot product) or hybrid.
-Hybrid runs server side (``hybrid`` query + normalization search pipeline) when the cluster
-has neural-search and the semantics is ``opensearch``; otherwise both sub-queries go out in
-one ``_msearch`` and :mod:`lr_opensearch.search.fusion` fuses them. ``fusion="server"|"client"``
-forces a path.
+forward), then searched as dense (``knn``), sparse (sparse dot product), BM25 or hybrid.
+Hybrid runs server side when the cluster can fuse with the requested semantics (OpenSearch:
+``hybrid`` query + normalization search pipeline, semantics ``opensearch``; Elasticsearch:
+the ``linear`` / ``rrf`` retrievers, semantics ``linear``, Enterprise or trial licence);
+otherwise every sub-query goes out in one ``_msearch`` and :mod:`lr_opensearch.search.fusion`
+fuses them, with one log line saying why. ``fusion="server"|"client"`` forces a path.
 
 Every sub-query retrieves ``depth = max(candidates, from_ + k)`` hits (knn ``k`` = depth),
 the fused list is cut to ``[from_, from_ + k)``; server and client paths see the same lists.
@@ -21,6 +22,7 @@ import numpy as np
 
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import choice
+from lr_opensearch.search.adapters import make_adapter
 from lr_opensearch.search.engine import EngineResult, Filter
 from lr_opensearch.search.fusion import FusionConfig, bundle_weights, fusion_config
 from lr_opensearch.search.hits import (
@@ -31,7 +33,6 @@ from lr_opensearch.search.hits import (
     assemble_single,
     client_fusion,
 )
-from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -41,15 +42,6 @@ logger = logging.getLogger(__name__)
 MODES = ("hybrid", "dense", "sparse", "bm25")  # hybrid, or one leg alone
 FUSION_PATHS = ("auto", "server", "client")
 DEFAULT_CANDIDATES = 100
-
-
-def make_adapter(client: Any) -> Any:
-    """The engine adapter for a client: Elasticsearch clients get the ES adapter."""
-    if type(client).__module__.split(".")[0] == "elasticsearch":
-        from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
-
-        return ElasticsearchAdapter(client)
-    return OpenSearchAdapter(client)
 
 
 def _timeout(timeout: float | str | None) -> str | None:
@@ -112,6 +104,7 @@ class Retriever:
         self.candidates = int(candidates)
         self.ef_search = ef_search
         self.instruction = instruction
+        self._told: set[str] = set()
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
         if encoder is None:
@@ -293,16 +286,14 @@ class Retriever:
         choice("fusion", fusion, FUSION_PATHS)
         if fusion == "client":
             return "client"
-        why = None
-        if config.semantics != "opensearch":
-            why = f"semantics {config.semantics!r} exists only client side"
-        elif not self.adapter.server_hybrid_available():
-            why = f"the {self.adapter.engine} cluster has no neural-search (hybrid query)"
+        why = self.adapter.server_fusion_blocker(config)
         if why is None:
             return "server"
         if fusion == "server":
             raise ConfigError(f"server-side fusion is not possible: {why}; use fusion='client'")
-        logger.debug("client-side fusion: %s", why)
+        if why not in self._told:  # once per retriever and reason, not once per search
+            self._told.add(why)
+            logger.info("hybrid search fuses client side (same semantics): %s", why)
         return "client"
 
     def _source_spec(self, source: Any, explain: bool) -> tuple[Any, bool]:
@@ -363,18 +354,12 @@ class Retriever:
         sparse: Sequence[Mapping[str, float]] | None,
         req: SearchRequest,
     ) -> list[list[Hit]]:
-        pipeline = self.adapter.hybrid_pipeline(req.config)
         size = self._size(req)
         fetch = self._fetch_after(req)
         source = False if fetch else req.source
         bodies = [
-            self.adapter.body(
-                self.adapter.hybrid_query(*pair),
-                size=size,
-                source=source,
-                timeout=req.timeout,
-                pipeline=pipeline,
-            )
+            self.adapter.hybrid_body(pair, req.config, size=size, source=source,
+                                     timeout=req.timeout)
             for pair in sub
         ]
         fused = self.adapter.msearch(self.index, bodies, what="hybrid search")

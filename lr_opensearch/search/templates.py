@@ -1,8 +1,9 @@
-"""Rendering ``index_templates/*.json`` and creating LightRetriever indices.
+"""Rendering ``index_templates/*.json``, and the rule an index's ``_meta`` must follow.
 
 The JSON files are the single source of the index layout and the hybrid pipelines; this
-module only fills their ``"${name}"`` placeholders (typed: an int stays an int) and talks
-to the cluster. See ``index_templates/README.md``.
+module only fills their ``"${name}"`` placeholders (typed: an int stays an int). Talking
+to the cluster (creating, checking) is the engine adapters' job
+(:mod:`lr_opensearch.search.engine`). See ``index_templates/README.md``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import __version__
-from lr_opensearch.errors import BundleMismatchError, ConfigError, EngineError
+from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.options import COMBINATIONS, KNN_ENGINES, NORMALIZATIONS, choice
 
 if TYPE_CHECKING:
@@ -151,64 +152,15 @@ def render_hybrid_pipeline(*weights: float, technique: str = "min_max",
         "technique": technique, "combination": combination, "weights": values})
 
 
-def create_index(client: Any, index: str, bundle: Bundle, **opts: Any) -> dict[str, Any]:
-    """Create ``index`` for ``bundle`` (reads ``bundle_id``, ``config.served_dim``,
-    ``config.key_encoding``); ``opts`` go to :func:`render_index_body`.
+def check_meta(meta: dict[str, Any], index: str, bundle: Bundle) -> dict[str, Any]:
+    """Check an index's ``_meta.lightretriever`` against ``bundle``; return ``meta``.
 
-    Returns:
-        The body that was sent.
+    The engine adapters read the mapping (``EngineAdapter.check_bundle``); this is the rule.
 
     Raises:
-        opensearchpy.RequestError: unchanged when the index already exists
-            (``resource_already_exists_exception``), so callers can handle races.
-        EngineError: any other refusal, with the server's reason.
+        BundleMismatchError: no LightRetriever ``_meta``, or another bundle id, dense
+            dimension or key encoding.
     """
-    from opensearchpy import RequestError, TransportError
-
-    body = render_index_body(dense_dim=int(bundle.config.served_dim),
-                             bundle_id=str(bundle.bundle_id),
-                             key_encoding=str(bundle.config.key_encoding), **opts)
-    try:
-        client.indices.create(index=index, body=body)
-    except RequestError as exc:
-        if "resource_already_exists" in str(exc):
-            raise
-        raise EngineError(f"the cluster refused to create index {index!r}: {exc.info or exc}. "
-                          "Does it have the k-NN plugin (lr node status / _cat/plugins)?") from exc
-    except TransportError as exc:
-        raise EngineError(f"creating index {index!r} failed: {exc}") from exc
-    logger.info("created index %s (dim %d, bundle %s)", index, bundle.config.served_dim,
-                bundle.bundle_id)
-    return body
-
-
-def index_meta(client: Any, index: str) -> dict[str, Any]:
-    """``_meta.lightretriever`` of an index ({} if the index has no such block).
-
-    Raises:
-        EngineError: the index does not exist or the cluster does not answer.
-    """
-    from opensearchpy import NotFoundError, TransportError
-
-    try:
-        mapping = client.indices.get_mapping(index=index)
-    except NotFoundError as exc:
-        raise EngineError(f"index {index!r} does not exist; create it with "
-                          f"`lr index create --bundle BUNDLE --index {index}`") from exc
-    except TransportError as exc:
-        raise EngineError(f"cannot read the mapping of index {index!r}: {exc}") from exc
-    body = next(iter(mapping.values()))["mappings"]
-    return dict(body.get("_meta", {}).get(META_KEY, {}))
-
-
-def check_index_bundle(client: Any, index: str, bundle: Bundle) -> dict[str, Any]:
-    """Check that ``index`` was created for ``bundle``; return its ``_meta.lightretriever``.
-
-    Raises:
-        BundleMismatchError: the index has no LightRetriever ``_meta`` or records another
-            bundle id, dense dimension or key encoding.
-    """
-    meta = index_meta(client, index)
     if not meta:
         raise BundleMismatchError(f"index {index!r} was not created by lr-opensearch (its "
                                   "mapping has no _meta.lightretriever); create a new index "
