@@ -110,6 +110,14 @@ def parse_response(resp: Mapping[str, Any], what: str) -> EngineResult:
     return EngineResult(hits, int(resp.get("took", 0)), timed_out)
 
 
+def merge_shards(parts: Sequence[EngineResult]) -> EngineResult:
+    """One leg's per-shard results as one list: every hit, best score first (stable, so a
+    shard's own order survives ties), the slowest shard's time, timed out if any did."""
+    hits = sorted((h for part in parts for h in part.hits), key=lambda h: -h.score)
+    return EngineResult(hits, max((p.took_ms for p in parts), default=0),
+                        any(p.timed_out for p in parts))
+
+
 def _reason(error: Any) -> str:
     if isinstance(error, Mapping):
         root = error.get("root_cause") or []
@@ -211,14 +219,22 @@ class EngineAdapter:
         bodies: Sequence[Mapping[str, Any]],
         *,
         what: str = "search",
+        preferences: Sequence[str | None] | None = None,
     ) -> list[EngineResult]:
-        """Run bodies through ``_msearch`` in chunks; one EngineResult per body, in order."""
+        """Run bodies through ``_msearch`` in chunks; one EngineResult per body, in order.
+        ``preferences``: per body, a search ``preference`` (e.g. ``_shards:0``) or None."""
+        if preferences is not None and len(preferences) != len(bodies):
+            raise ConfigError(f"{len(preferences)} preferences for {len(bodies)} bodies")
         results: list[EngineResult] = []
         for start in range(0, len(bodies), MSEARCH_CHUNK):
             chunk = bodies[start : start + MSEARCH_CHUNK]
             lines: list[Any] = []
-            for body in chunk:
-                lines.extend(({"index": index}, dict(body)))
+            for k, body in enumerate(chunk):
+                header: dict[str, Any] = {"index": index}
+                pref = preferences[start + k] if preferences is not None else None
+                if pref is not None:
+                    header["preference"] = pref
+                lines.extend((header, dict(body)))
             try:
                 resp = self._send_msearch(lines)
             except self.transport_errors as exc:

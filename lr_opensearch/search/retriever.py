@@ -23,7 +23,7 @@ import numpy as np
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import choice
 from lr_opensearch.search.adapters import make_adapter
-from lr_opensearch.search.engine import EngineResult, Filter
+from lr_opensearch.search.engine import EngineResult, Filter, merge_shards
 from lr_opensearch.search.fusion import FusionConfig, bundle_weights, fusion_config
 from lr_opensearch.search.hits import (
     Hit,
@@ -105,6 +105,7 @@ class Retriever:
         self.ef_search = ef_search
         self.instruction = instruction
         self._told: set[str] = set()
+        self._shards: int | None = None
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
         if encoder is None:
@@ -217,18 +218,14 @@ class Retriever:
         if req.path == "server":
             return self._run_server(sub, sparse, req)
         fetch = self._fetch_after(req)
-        bodies = [
-            self.adapter.body(q, size=self._size(req), source=False if fetch else req.source,
-                              timeout=req.timeout)
-            for pair in sub
-            for q in pair
-        ]
-        results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
-        per = len(sub[0])
-        grouped = [results[i * per : (i + 1) * per] for i in range(n)]
+        source = False if fetch else req.source
         if req.path == "single":
-            return [assemble_single(res[0], sparse[i] if sparse is not None else None, req)
-                    for i, res in enumerate(grouped)]
+            bodies = [self.adapter.body(pair[0], size=self._size(req), source=source,
+                                        timeout=req.timeout) for pair in sub]
+            results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
+            return [assemble_single(res, sparse[i] if sparse is not None else None, req)
+                    for i, res in enumerate(results)]
+        grouped = self._search_legs(sub, req, source, what=f"{mode} search")
         tables = [client_fusion(res, req.config) for res in grouped]
         fetched = None
         if fetch:
@@ -238,6 +235,48 @@ class Retriever:
             assemble_client(res, sparse[i] if sparse is not None else None, req, fetched, table)
             for i, (res, table) in enumerate(zip(grouped, tables, strict=True))
         ]
+
+    @property
+    def shards(self) -> int:
+        """The index's number of primary shards (read once)."""
+        if self._shards is None:
+            self._shards = int(self.adapter.index_settings(self.index)["number_of_shards"])
+        return self._shards
+
+    def _search_legs(
+        self, sub: list[tuple[dict[str, Any], ...]], req: SearchRequest, source: Any, what: str
+    ) -> list[list[EngineResult]]:
+        """Run every query's legs (one ``_msearch``); per query, one result per leg.
+
+        With the ``opensearch`` semantics on a multi-shard OpenSearch index each leg is
+        searched once per shard (``preference=_shards:N``), ``size`` hits each, and the
+        shards' lists are merged: exactly the lists the server's hybrid query collects per
+        shard and normalises (min-max, l2, RRF ranks) together at the coordinator, so client
+        fusion ranks as the server does. Otherwise each leg is one search over the index
+        (the global best ``size``).
+        """
+        split = (self.adapter.engine == "opensearch" and req.config.semantics == "opensearch"
+                 and self.shards > 1)
+        shard_ids: list[int | None] = list(range(self.shards)) if split else [None]
+        bodies, prefs = [], []
+        for pair in sub:
+            for q in pair:
+                body = self.adapter.body(q, size=self._size(req), source=source,
+                                         timeout=req.timeout)
+                for shard in shard_ids:
+                    bodies.append(body)
+                    prefs.append(None if shard is None else f"_shards:{shard}")
+        flat = self.adapter.msearch(self.index, bodies, what=what, preferences=prefs)
+        n_shards, per_query = len(shard_ids), len(req.legs) * len(shard_ids)
+        grouped: list[list[EngineResult]] = []
+        for i in range(len(sub)):
+            legs = []
+            for j in range(len(req.legs)):
+                start = i * per_query + j * n_shards
+                parts = flat[start : start + n_shards]
+                legs.append(parts[0] if n_shards == 1 else merge_shards(parts))
+            grouped.append(legs)
+        return grouped
 
     # ---- internals -----------------------------------------------------------------
     def _request(
@@ -365,14 +404,7 @@ class Retriever:
         fused = self.adapter.msearch(self.index, bodies, what="hybrid search")
         parts: list[list[EngineResult]] = [[] for _ in sub]
         if req.explain:  # the sub-queries' own scores, to explain the server's fusion
-            sub_bodies = [
-                self.adapter.body(q, size=size, source=source, timeout=req.timeout)
-                for pair in sub
-                for q in pair
-            ]
-            flat = self.adapter.msearch(self.index, sub_bodies, what="hybrid explain")
-            per = len(req.legs)
-            parts = [flat[per * i : per * (i + 1)] for i in range(len(sub))]
+            parts = self._search_legs(sub, req, source, what="hybrid explain")
         fetched = None
         if fetch:
             page = [h.doc_id for res in fused for h in res.hits[req.from_ : req.depth]]
