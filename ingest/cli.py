@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.launcher import launch
+from lr_opensearch.cli.common import TRANSPORT_LOGGERS
 from lr_opensearch.errors import LRError
 from lr_opensearch.indexing import (
     BulkSettings,
@@ -121,9 +122,9 @@ def configure_logging(args: argparse.Namespace) -> None:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    if not args.verbose:  # one INFO line per bulk request is noise at this level
-        for noisy in ("opensearch", "elastic_transport.transport"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.verbose:  # one line per bulk request, a stack trace per failed attempt:
+        for noisy in TRANSPORT_LOGGERS:  # noise next to our own messages; -v shows them
+            logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:
@@ -148,8 +149,8 @@ def register(subparsers: Any) -> None:
 
 def _run_from_lr(args: argparse.Namespace) -> int:
     if not args.verbose:
-        for noisy in ("opensearch", "elastic_transport.transport"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+        for noisy in TRANSPORT_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.ERROR)
     config = config_from_args(args)
     summary = execute(config)
     write_summary(summary, config, quiet=args.quiet)

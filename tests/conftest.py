@@ -148,6 +148,29 @@ def os_client(opensearch_url: str) -> Any:
 
 
 @pytest.fixture(scope="session")
+def secure_endpoint(opensearch_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A TLS + basic-auth nginx in front of the session's OpenSearch (tests/secure_proxy.py):
+    certificates made for this session. No nginx is a failure, never a skip."""
+    from secure_proxy import start_proxy
+
+    if not opensearch_url.startswith("http://"):
+        pytest.fail(f"the secured-endpoint tests put their own TLS proxy in front of a plain "
+                    f"http node; {opensearch_url} is not one", pytrace=False)
+    try:
+        endpoint, proc = start_proxy(tmp_path_factory.mktemp("nginx"), opensearch_url)
+    except RuntimeError as exc:
+        pytest.fail(f"no TLS proxy for the secured-endpoint tests: {exc}", pytrace=False)
+    try:
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - make sure it is gone
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
 def os_capabilities(os_client: Any) -> Any:
     """``lr_opensearch.search.client.Capabilities`` of the session's cluster."""
     from lr_opensearch.search.client import cluster_capabilities

@@ -35,11 +35,16 @@ def client_from_args(args: argparse.Namespace) -> Any:
                    ca_certs=args.ca_certs, verify_certs=not args.insecure)
 
 
+TRANSPORT_LOGGERS = ("opensearch", "elastic_transport", "urllib3")
+
+
 def quiet_transport(args: argparse.Namespace) -> None:
-    """The engine clients log every HTTP request at INFO; keep that for ``lr -v``."""
+    """The engine clients log every HTTP request at INFO and every failed attempt at WARNING
+    with a stack trace; our errors say what failed and what to do, so keep theirs for
+    ``lr -v``."""
     if not getattr(args, "verbose", False):
-        for name in ("opensearch", "elastic_transport.transport"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        for name in TRANSPORT_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
@@ -47,6 +52,6 @@ def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    if not verbose:  # one INFO line per HTTP request drowns what the commands say
-        for noisy in ("opensearch", "elastic_transport", "urllib3"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not verbose:  # one line per HTTP request (and a stack trace per failed attempt)
+        for noisy in TRANSPORT_LOGGERS:  # drown what the commands say; -v shows them
+            logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -164,7 +164,7 @@ def _detect(client: Any, url: str) -> tuple[str, str]:
             "GET", "/_nodes/_local",
             params={"filter_path": "nodes.*.version,nodes.*.build_flavor"})
     except Exception as exc:  # noqa: BLE001 - any transport failure: name the cluster
-        raise EngineError(f"the cluster at {url} did not answer: {_short(exc)}") from exc
+        raise connection_error(exc, url) from exc
     nodes = list((resp or {}).get("nodes", {}).values())
     if not nodes:
         raise EngineError(f"the cluster at {url} answered _nodes/_local without a node; is "
@@ -172,6 +172,40 @@ def _detect(client: Any, url: str) -> tuple[str, str]:
     node = nodes[0]
     engine = "elasticsearch" if "build_flavor" in node else "opensearch"
     return engine, str(node.get("version", "?"))
+
+
+def connection_error(exc: BaseException, url: str) -> EngineError:
+    """A clear error for a failed first request to ``url``: refused credentials, TLS
+    verification, no answer (the password is never part of it: the URL carries none)."""
+    from opensearchpy.exceptions import (
+        AuthenticationException,
+        AuthorizationException,
+        SSLError,
+    )
+
+    if isinstance(exc, AuthenticationException):
+        return EngineError(f"the cluster at {url} refused the credentials (HTTP 401): check "
+                           "--user / --password (LR_OPENSEARCH_USER / LR_OPENSEARCH_PASSWORD)")
+    if isinstance(exc, AuthorizationException):
+        return EngineError(f"the cluster at {url} answered HTTP 403 (forbidden): the user "
+                           "lacks the permission to read _nodes; ask for cluster monitor "
+                           "rights, or pass --engine to skip the detection")
+    if isinstance(exc, SSLError):
+        return EngineError(f"TLS verification of {url} failed ({_ssl_reason(exc)}): pass "
+                           "--ca-certs with the CA that signed the cluster's certificate "
+                           "(LR_OPENSEARCH_CA_CERTS), or --insecure for a throwaway test "
+                           "cluster")
+    return EngineError(f"the cluster at {url} did not answer: {_short(exc)}")
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "WRONG_VERSION",
+                   "hostname mismatch"):
+        if marker.lower() in text.lower():
+            start = text.lower().index(marker.lower())
+            return text[start : start + 120].split(")")[0]
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:
