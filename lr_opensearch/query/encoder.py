@@ -261,6 +261,8 @@ class QueryEncoder:
         the rows are summed in position order (as in :func:`bag_mean`), so the vector is
         bitwise the one a batch gives.
         """
+        if not isinstance(text, str):
+            raise QueryError(f"a query must be a string, got {type(text).__name__}")
         ids = self.tokenizer.one(text)
         if ids is None:
             return self.encode_batch([text], instruction)[0]
@@ -328,7 +330,11 @@ class QueryEncoder:
 
         ``offset`` is added to the query position named in the error.
         """
-        flat, lengths = self.tokenizer(texts)
+        try:
+            flat, lengths = self.tokenizer(texts)
+        except (TypeError, ValueError, UnicodeError) as exc:  # the Rust tokenizer refused one
+            raise _bad_text(texts, offset) or QueryError(
+                f"the tokenizer refused a query of this batch: {exc}") from exc
         if len(lengths) and lengths.min() == 0:
             i = int(np.argmin(lengths))
             raise _no_tokens(offset + i, texts[i])
@@ -365,6 +371,21 @@ class QueryEncoder:
         if self._sparse_weights is not None:
             counts = self._sparse_weights[ids]
         return SparseRows(ids, counts, offsets, self.key_array)
+
+
+def _bad_text(texts: Sequence[str], offset: int) -> QueryError | None:
+    """The typed error for the first text the tokenizer cannot take (not a string, or a
+    lone surrogate, which UTF-8 cannot encode), or None."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            return QueryError(f"query {offset + i} is not a string ({type(text).__name__})")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return QueryError(f"query {offset + i} is not valid Unicode: a lone surrogate "
+                              f"U+{ord(text[exc.start]):04X} at character {exc.start}; "
+                              "decode the client's input properly (or replace it) first")
+    return None
 
 
 def _no_tokens(position: int, text: Any) -> QueryError:
