@@ -14,10 +14,25 @@ import sys
 import time
 from pathlib import Path
 
+from lr_opensearch.node.cluster import (
+    CLUSTER_HEAP,
+    ClusterSpec,
+    cluster_status,
+    default_cluster_root,
+    start_cluster,
+    stop_cluster,
+)
 from lr_opensearch.node.config import NodeConfig, default_node_dir
 from lr_opensearch.node.engine import DEFAULT_ENGINE, ENGINES, get_engine
 from lr_opensearch.node.install import cache_dir, install
-from lr_opensearch.node.process import node_status, server_log, start_node, stop_node, tail
+from lr_opensearch.node.process import (
+    NodeStatus,
+    node_status,
+    server_log,
+    start_node,
+    stop_node,
+    tail,
+)
 
 
 def _node_dir(args: argparse.Namespace) -> Path:
@@ -46,8 +61,32 @@ def _cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spec(args: argparse.Namespace) -> ClusterSpec:
+    """The cluster of ``--nodes N`` (base port --http-port, root --data-dir or the default)."""
+    engine = args.engine or DEFAULT_ENGINE
+    base = args.http_port or get_engine(engine).default_http_port
+    root = (Path(args.data_dir) if args.data_dir
+            else default_cluster_root(cache_dir(args.cache_dir), base, engine))
+    transport = getattr(args, "transport_port", None)
+    return ClusterSpec(root=root, nodes=args.nodes, base_http_port=base,
+                       heap=getattr(args, "heap", None) or CLUSTER_HEAP,
+                       cluster_name=getattr(args, "cluster_name", "lr-opensearch"),
+                       engine=engine,
+                       transport_ports=tuple(transport + i for i in range(args.nodes))
+                       if transport else ())
+
+
 def _cmd_start(args: argparse.Namespace) -> int:
     inst = install(args.cache_dir, engine=args.engine)
+    if args.nodes > 1:
+        spec = _spec(args)
+        started = time.monotonic()
+        statuses = start_cluster(spec, inst, timeout=args.timeout, wait_for=args.wait_for)
+        for status in statuses:
+            print(status.describe())
+        print(f"cluster {spec.cluster_name}: {spec.nodes} nodes {args.wait_for} in "
+              f"{time.monotonic() - started:.1f} s ({', '.join(spec.urls)})")
+        return 0
     config = NodeConfig(
         node_dir=_node_dir(args), http_port=args.http_port, transport_port=args.transport_port,
         host=args.host, heap=args.heap, cluster_name=args.cluster_name, node_name=args.node_name,
@@ -62,6 +101,11 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
+    if args.nodes > 1:
+        spec = _spec(args)
+        print(f"stopped {stop_cluster(spec, timeout=args.timeout)} of {spec.nodes} nodes of "
+              f"{spec.root}")
+        return 0
     node_dir = _node_dir(args)
     stopped = stop_node(node_dir, timeout=args.timeout)
     print(f"stopped node of {node_dir}" if stopped else f"no node running from {node_dir}")
@@ -69,18 +113,36 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.nodes > 1:
+        statuses = cluster_status(_spec(args))
+        if args.json:
+            print(json.dumps([_status_json(s) for s in statuses]))
+        else:
+            for s in statuses:
+                print(s.describe())
+        return 0 if all(s.running for s in statuses) else 3
     status = node_status(_node_dir(args))
     if args.json:
-        print(json.dumps({"running": status.running, "engine": status.engine,
-                          "pid": status.pid, "url": status.url,
-                          "health": status.health, "version": status.version,
-                          "plugins": list(status.plugins), "node_dir": str(status.node_dir)}))
+        print(json.dumps(_status_json(status)))
     else:
         print(status.describe())
     return 0 if status.running else 3
 
 
+def _status_json(status: NodeStatus) -> dict[str, object]:
+    return {"running": status.running, "engine": status.engine, "pid": status.pid,
+            "url": status.url, "health": status.health, "version": status.version,
+            "plugins": list(status.plugins), "node_dir": str(status.node_dir)}
+
+
 def _cmd_logs(args: argparse.Namespace) -> int:
+    if args.nodes > 1:  # the end of every member's log, one after the other
+        for config in _spec(args).configs():
+            path = (config.log_dir / "console.log" if args.console
+                    else server_log(config.node_dir))
+            print(f"==> {config.name} ({path})")
+            print(tail(path, args.lines) if path.is_file() else "(no log)")
+        return 0
     node_dir = _node_dir(args)
     path = node_dir / "logs" / "console.log" if args.console else server_log(node_dir)
     if not path.is_file():
@@ -107,6 +169,9 @@ def _engine(parser: argparse.ArgumentParser, default: str | None) -> None:
 
 def _where(parser: argparse.ArgumentParser, engine_default: str | None = None) -> None:
     _engine(parser, engine_default)
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="a local cluster of N nodes on consecutive ports from --http-port "
+                             "(transport +100), in <cache>/nodes/cluster-<port>/ (default 1)")
     parser.add_argument("--http-port", type=int, default=None,
                         help="REST port (default 9200 OpenSearch, 9250 Elasticsearch); also "
                              "names the default node dir")
@@ -137,7 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
     p.add_argument("--heap", default=os.environ.get("LR_NODE_HEAP"),
                    help="JVM heap (default env LR_NODE_HEAP, else 1g OpenSearch, "
-                        "512m Elasticsearch)")
+                        "512m Elasticsearch and each node of a --nodes cluster)")
     p.add_argument("--cluster-name", default="lr-opensearch")
     p.add_argument("--node-name", default=None, help="default lr-<http-port>")
     p.add_argument("--seed-port", type=int, action="append",

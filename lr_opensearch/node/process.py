@@ -237,14 +237,17 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
 
 
 def wait_for_health(url: str, status: str, timeout: float, *, pid: int | None = None,
-                    config: NodeConfig | None = None) -> None:
-    """Poll ``_cluster/health`` until ``status`` (or better) is reached.
+                    config: NodeConfig | None = None, nodes: int | None = None) -> None:
+    """Poll ``_cluster/health`` until ``status`` (or better) is reached (and, with
+    ``nodes``, that many nodes have joined).
 
     Raises:
         NodeError: the process exits or ``timeout`` passes; carries the log tail.
     """
     deadline = time.monotonic() + timeout
     query = f"{url}/_cluster/health?wait_for_status={status}&timeout=2s"
+    if nodes is not None:
+        query += f"&wait_for_nodes={int(nodes)}"
     while True:
         health = _get_json(query, timeout=10)
         if isinstance(health, dict) and not health.get("timed_out", True):
