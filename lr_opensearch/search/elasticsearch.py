@@ -220,19 +220,22 @@ class ElasticsearchAdapter(EngineAdapter):
         return None
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
+                    size: int, depth: int | None = None, source: Any = None,
+                    timeout: str | None = None) -> dict[str, Any]:
         """One search body fusing the legs' queries with a ``linear`` (min-max normalised,
-        weighted sum) or ``rrf`` retriever; every leg keeps its ``size`` best hits."""
+        weighted sum) or ``rrf`` retriever; every leg keeps its ``depth`` (default
+        ``size``) best hits (``rank_window_size``), ``size`` come back."""
+        window = max(int(size), int(depth or size))
         children = [{"standard": {"query": dict(q)}} for q in legs]
         if config.combination == "rrf":
             retriever: dict[str, Any] = {"rrf": {
                 "retrievers": children, "rank_constant": int(config.rank_constant),
-                "rank_window_size": int(size)}}
+                "rank_window_size": window}}
         else:
             retriever = {"linear": {
                 "retrievers": [{"retriever": child, "weight": float(w), "normalizer": "minmax"}
                                for child, w in zip(children, config.leg_weights, strict=True)],
-                "rank_window_size": int(size)}}
+                "rank_window_size": window}}
         body: dict[str, Any] = {"size": int(size), "retriever": retriever,
                                 "track_total_hits": False}
         if source is not None:

@@ -162,8 +162,10 @@ class EngineAdapter:
         raise NotImplementedError
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
-        """One search body that the cluster fuses (only when the blocker says None)."""
+                    size: int, depth: int | None = None, source: Any = None,
+                    timeout: str | None = None) -> dict[str, Any]:
+        """One search body that the cluster fuses (only when the blocker says None):
+        ``depth`` hits collected per sub-query (default ``size``), ``size`` returned."""
         raise NotImplementedError
 
     def text_query(self, text: str, *, filter: Filter = None) -> dict[str, Any]:

@@ -120,10 +120,15 @@ class OpenSearchAdapter(EngineAdapter):
         return None
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, source: Any = None, timeout: str | None = None) -> dict[str, Any]:
+                    size: int, depth: int | None = None, source: Any = None,
+                    timeout: str | None = None) -> dict[str, Any]:
         """One search body: the ``hybrid`` query of the legs with its normalization
-        pipeline inline."""
-        return self.body(self.hybrid_query(*legs), size=size, source=source, timeout=timeout,
+        pipeline inline; ``depth`` > ``size`` becomes the hybrid query's
+        ``pagination_depth`` (hits each sub-query collects per shard)."""
+        query = self.hybrid_query(*legs)
+        if depth is not None and depth > size:
+            query["hybrid"]["pagination_depth"] = int(depth)
+        return self.body(query, size=size, source=source, timeout=timeout,
                          pipeline=self.hybrid_pipeline(config))
 
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:

@@ -353,9 +353,10 @@ class Retriever:
         return source, False
 
     def _fetch_after(self, req: SearchRequest) -> bool:
-        """Whether the candidates are searched without ``_source`` and the page's sources
-        fetched after (hybrid: ``candidates`` hits per sub-query, only ``k`` returned)."""
-        return req.source is not False and req.path != "single" and self._size(req) > req.depth
+        """Whether client fusion searches the candidates without ``_source`` and fetches
+        the page's sources after (``candidates`` hits per leg, only ``k`` returned; the
+        server path returns just the page, sources inline)."""
+        return req.source is not False and req.path == "client" and self._size(req) > req.depth
 
     def _size(self, req: SearchRequest) -> int:
         return max(self.candidates, req.depth) if req.path != "single" else req.depth
@@ -393,26 +394,21 @@ class Retriever:
         sparse: Sequence[Mapping[str, float]] | None,
         req: SearchRequest,
     ) -> list[list[Hit]]:
-        size = self._size(req)
-        fetch = self._fetch_after(req)
-        source = False if fetch else req.source
+        # the server collects `candidates` hits per sub-query (and shard) but returns only
+        # the page: the fused ranking is the same, the fetch phase loads k hits, not C
         bodies = [
-            self.adapter.hybrid_body(pair, req.config, size=size, source=source,
-                                     timeout=req.timeout)
+            self.adapter.hybrid_body(pair, req.config, size=req.depth, depth=self._size(req),
+                                     source=req.source, timeout=req.timeout)
             for pair in sub
         ]
         fused = self.adapter.msearch(self.index, bodies, what="hybrid search")
         parts: list[list[EngineResult]] = [[] for _ in sub]
         if req.explain:  # the sub-queries' own scores, to explain the server's fusion
-            parts = self._search_legs(sub, req, source, what="hybrid explain")
-        fetched = None
-        if fetch:
-            page = [h.doc_id for res in fused for h in res.hits[req.from_ : req.depth]]
-            fetched = self.adapter.fetch_sources(self.index, page, req.source)
+            parts = self._search_legs(sub, req, False, what="hybrid explain")
         out = []
         for i, res in enumerate(fused):
             query_sparse = sparse[i] if sparse is not None else None
-            out.append(assemble_server(res, parts[i], query_sparse, req, fetched))
+            out.append(assemble_server(res, parts[i], query_sparse, req))
         return out
 
 
