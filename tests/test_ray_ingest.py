@@ -89,24 +89,43 @@ def test_ray_ingest_lands_exactly_the_corpus_with_the_same_vectors(
 
 def test_a_killed_worker_and_a_rerun_leave_exactly_the_corpus(
         tiny: Path, dirty: Any, os_client: Any, opensearch_url: str, tmp_path: Path) -> None:
+    """A worker SIGKILLs itself holding line 50 (Ray restarts it and reruns the batch), and
+    line 30 is refused by the cluster for good (its ``year`` is no number in a ``long``
+    field): every other document lands once, each bad line is reported once - and again
+    after a rerun of the whole job."""
+    from lr_opensearch.search.opensearch import OpenSearchAdapter
+
     corpus, docs = dirty
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    refused = json.loads(lines[29])
+    lines[29] = (json.dumps({**refused, "year": "not a year"}) + "\n").encode()
+    corpus = tmp_path / "with_refusal.jsonl"
+    corpus.write_bytes(b"".join(lines))
     index = f"lr-test-ray-kill-{uuid.uuid4().hex[:8]}"
+    assert OpenSearchAdapter(os_client).create_index(index, load_bundle(tiny))
+    os_client.indices.put_mapping(index=index, body={"properties": {"metadata": {
+        "properties": {"year": {"type": "long"}}}}})
     dead, marker = tmp_path / "dead.jsonl", tmp_path / "killed"
     args = [str(corpus), "--bundle", str(tiny), "--index", index, "--url", opensearch_url,
-            "--num-cpus", "2", "--workers", "2", "--chunk-size", "8", "--dead-letter", str(dead)]
+            "--num-cpus", "2", "--workers", "2", "--chunk-size", "8", "--dead-letter", str(dead),
+            "--max-attempts", "2", "--initial-backoff", "0.05"]
+    expected = {d["_id"] for d in docs} - {refused["_id"]}
     try:
         proc = _ray_ingest(*args, env={"LR_RAY_TEST_KILL_AT_LINE": "50",
                                        "LR_RAY_TEST_KILL_MARKER": str(marker)})
         assert proc.returncode == 3, proc.stderr[-3000:]
         assert marker.exists(), "the worker holding line 50 was not killed"
         ids = index_ids(os_client, index)
-        assert len(ids) == len(set(ids)) == len(docs) and set(ids) == {d["_id"] for d in docs}
-        assert _dead_lines(dead) == sorted(BAD)  # once each, despite the retried batch
+        assert len(ids) == len(set(ids)) == len(expected) and set(ids) == expected
+        entries = [json.loads(x) for x in dead.read_text().splitlines()]
+        assert sorted(e["line"] for e in entries) == sorted([*BAD, 30])  # once each
+        failed = [e for e in entries if e["line"] == 30][0]
+        assert failed["kind"] == "failed" and "mapper_parsing" in failed["reason"]
         again = _ray_ingest(*args)  # the whole job once more: idempotent ids
         assert again.returncode == 3, again.stderr[-3000:]
         ids = index_ids(os_client, index)
-        assert len(ids) == len(set(ids)) == len(docs)
-        assert os_client.count(index=index)["count"] == len(docs)
-        assert _dead_lines(dead) == sorted(BAD)
+        assert len(ids) == len(set(ids)) == len(expected)
+        assert os_client.count(index=index)["count"] == len(expected)
+        assert _dead_lines(dead) == sorted([*BAD, 30])
     finally:
         os_client.indices.delete(index=index, ignore_unavailable=True)
