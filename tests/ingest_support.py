@@ -89,3 +89,14 @@ def ingest_cli(args: list[str], *, stdin: bytes | None = None, timeout: float = 
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO, input=stdin,
                           capture_output=True, timeout=timeout, env=full_env, check=False)
+
+
+def checkpoint_indexed(state: Path) -> int:
+    """Documents the checkpoint in ``state`` counts as indexed (-1: none yet, or caught
+    mid-rename: ask again)."""
+    for path in state.glob("*.json"):
+        try:
+            return int(json.loads(path.read_text())["counts"]["indexed"])
+        except (OSError, ValueError, KeyError):
+            return -1
+    return -1

@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ingest_support import REPO, build_tiny_bundle, data_dir, index_ids, read_corpus
+from ingest_support import (
+    REPO,
+    build_tiny_bundle,
+    checkpoint_indexed,
+    data_dir,
+    index_ids,
+    read_corpus,
+)
 from node_support import free_port
 
 from lr_opensearch.bundle import load_bundle
@@ -179,11 +186,11 @@ def test_node_loss_during_an_ingest(cluster: ClusterSpec, client: Any, tiny: Pat
     proc = _ingest(*args)
     victim = cluster.configs()[2]
     deadline = time.monotonic() + 300
-    while _checkpoint_indexed(state) < 300:
+    while checkpoint_indexed(state) < 300:
         assert proc.poll() is None and time.monotonic() < deadline, "no progress before the kill"
         time.sleep(0.05)
     _kill(victim)
-    killed_at = _checkpoint_indexed(state)
+    killed_at = checkpoint_indexed(state)
     time.sleep(5)
     start_node(victim, install(), wait=False)  # the node comes back, its data on disk
     out, err = proc.communicate(timeout=900)
@@ -207,14 +214,6 @@ def test_node_loss_during_an_ingest(cluster: ClusterSpec, client: Any, tiny: Pat
     assert summary["counts"]["skipped"] == 2 and summary["counts"]["failed"] == 0
     client.indices.delete(index=index, ignore_unavailable=True)
 
-
-def _checkpoint_indexed(state: Path) -> int:
-    for path in state.glob("*.json"):
-        try:
-            return int(json.loads(path.read_text())["counts"]["indexed"])
-        except (OSError, ValueError, KeyError):
-            return -1
-    return -1
 
 
 def test_node_loss_during_searches(cluster: ClusterSpec, client: Any, loaded: Any,

@@ -22,6 +22,7 @@ import pytest
 from ingest_support import (
     REPO,
     build_tiny_bundle,
+    checkpoint_indexed,
     data_dir,
     ingest_cli,
     ingest_config,
@@ -69,14 +70,6 @@ def _dirty_corpus(path: Path, n: int) -> tuple[Path, list[dict[str, Any]]]:
     return write_jsonl(path, lines), docs
 
 
-def _checkpoint_indexed(state: Path) -> int:
-    for path in state.glob("*.json"):
-        try:
-            return int(json.loads(path.read_text())["counts"]["indexed"])
-        except (OSError, ValueError, KeyError):
-            return -1
-    return -1
-
 
 def test_connect_detects_each_engine_and_refuses_the_wrong_one(
         es_url: str, opensearch_url: str) -> None:
@@ -107,13 +100,13 @@ def test_ingest_on_elasticsearch_resumes_after_sigkill_and_keeps_dead_letters(
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 240
-    while _checkpoint_indexed(state) < 40 and proc.poll() is None:
+    while checkpoint_indexed(state) < 40 and proc.poll() is None:
         assert time.monotonic() < deadline, "the worker made no progress"
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, f"finished before the kill: {err.decode()}"
-    acked = _checkpoint_indexed(state)
+    acked = checkpoint_indexed(state)
     assert 40 <= acked < n
     es_client.indices.refresh(index=es_index)
     assert es_client.count(index=es_index)["count"] >= acked  # the checkpoint never lies

@@ -19,6 +19,7 @@ import pytest
 from ingest_support import (
     REPO,
     build_tiny_bundle,
+    checkpoint_indexed,
     data_dir,
     index_ids,
     ingest_cli,
@@ -59,14 +60,6 @@ def dirty_corpus(path: Path, n: int) -> tuple[Path, set[str]]:
     return write_jsonl(path, lines), {d["_id"] for d in docs}
 
 
-def _indexed_in_checkpoint(state: Path) -> int:
-    for path in state.glob("*.json"):
-        try:
-            return int(json.loads(path.read_text())["counts"]["indexed"])
-        except (OSError, ValueError, KeyError):
-            return -1  # caught mid-rename: try again
-    return -1
-
 
 def test_sigkill_at_random_chunks_then_resume(tiny: Path, os_client: Any, opensearch_url: str,
                                               index_name: str, tmp_path: Path) -> None:
@@ -80,20 +73,20 @@ def test_sigkill_at_random_chunks_then_resume(tiny: Path, os_client: Any, opense
     rng = random.Random(1234)
     killed_at = []
     for _ in range(3):
-        previous = max(_indexed_in_checkpoint(state), 0)
+        previous = max(checkpoint_indexed(state), 0)
         target = previous + rng.randint(1, 8) * 8  # a random later chunk
         proc = subprocess.Popen([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
         deadline = time.monotonic() + 240
-        while _indexed_in_checkpoint(state) < target and proc.poll() is None:
+        while checkpoint_indexed(state) < target and proc.poll() is None:
             assert time.monotonic() < deadline, "the worker made no progress"
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         _, err = proc.communicate()
         assert proc.returncode == -signal.SIGKILL, f"finished before the kill: {err.decode()}"
-        acked = _indexed_in_checkpoint(state)
+        acked = checkpoint_indexed(state)
         killed_at.append(acked)
         # everything the checkpoint counts is really in the index
         os_client.indices.refresh(index=index_name)
