@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.indexing.checkpoint import CheckpointFile, Counts
@@ -39,6 +37,7 @@ from lr_opensearch.indexing.session import (
     end_load,
     load_state,
 )
+from lr_opensearch.progress import progress_bar
 from lr_opensearch.search.adapters import make_adapter
 
 if TYPE_CHECKING:
@@ -158,7 +157,7 @@ def _run_workers(config: IngestConfig, bundle_id: str, tmp: Path,
         logger.info("started worker %d/%d (pid %d)", k, config.workers, procs[-1].pid)
     ckpts = [checkpoint_file(dataclasses.replace(config, worker_id=k), bundle_id)
              for k in range(config.workers)]
-    bar = tqdm(desc=f"ingest {config.index} ({config.workers} workers)", unit="doc",
+    bar = progress_bar(desc=f"ingest {config.index} ({config.workers} workers)", unit="doc",
                disable=not config.progress, dynamic_ncols=True)
     try:
         while any(p.poll() is None for p in procs):

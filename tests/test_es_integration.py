@@ -126,3 +126,17 @@ def test_lr_index_create_on_elasticsearch(es_url: str, es_client: Any,
         assert main([*args, "--exist-ok"]) == 0
     finally:
         es_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def test_es_dsl_sent_as_printed_gives_the_search_results(es_corpus: Any) -> None:
+    """``Retriever.dsl`` on Elasticsearch: the legs' requests, sent as they are and fused
+    client side, give the hits of ``search``."""
+    client, bundle, index, *_ = es_corpus
+    r = Retriever(bundle, client, index, candidates=20)
+    text = "boundary layer heat transfer paris tower"
+    plan = r.dsl([text], k=5)[0]
+    assert plan["engine"] == "elasticsearch" and plan["path"] == "client"
+    lists = [[(h["_id"], h["_score"]) for h in client.search(index=index, body=req["body"])["hits"]["hits"]]
+             for req in plan["requests"]]
+    fused = fuse(lists[0], lists[1], weights=plan["fusion"]["weights"], k=5)
+    assert [f.doc_id for f in fused] == [h.doc_id for h in r.search(text, k=5)]

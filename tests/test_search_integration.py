@@ -356,3 +356,57 @@ def test_bm25_leg_server_equals_client_and_hand_fusion(
                  for h in os_client.search(index=index, body=body)["hits"]["hits"]]
     only = two.search(QUERIES[0], k=5, mode="bm25")
     assert [(h.doc_id, h.score) for h in only] == want_bm25 and len(only) == 5
+
+
+def _console_requests(text: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(method, path, body) of every request in Dev Tools console text."""
+    out, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith(("GET ", "POST ")):
+            method, path = lines[i].split(" ", 1)
+            j = i + 1
+            while lines[j] != "}":
+                j += 1
+            out.append((method, path, json.loads("\n".join(lines[i + 1 : j + 1]))))
+            i = j
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("path", ["server", "client"])
+def test_dsl_sent_as_printed_gives_the_search_results(
+    corpus: Any, os_client: Any, os_capabilities: Any, opensearch_url: str, capsys: Any,
+    path: str
+) -> None:
+    """``lr search --dsl`` prints requests that, pasted into the engine as they are, give
+    the hits ``lr search`` returns (server: the engine fuses; client: fuse the legs)."""
+    from lr_opensearch.cli import main
+
+    if path == "server" and not os_capabilities.neural_search:
+        pytest.fail("neural-search is missing from the node: server fusion untested")
+    bundle, index, *_ = corpus
+    weights = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4}
+    retriever = Retriever(bundle, os_client, index, fusion=path, candidates=12, weights=weights)
+    expected = [h.doc_id for h in retriever.search(QUERIES[1], k=5)]
+    args = ["search", "--bundle", str(bundle.path), "--index", index, "--url", opensearch_url,
+            "--fusion", path, "--candidates", "12", "--weights", "dense=0.4,sparse=0.2,bm25=0.4",
+            "--k", "5", "--dsl", QUERIES[1]]
+    assert main(args) == 0
+    requests = _console_requests(capsys.readouterr().out)
+    if path == "server":
+        assert len(requests) == 1 and "hybrid" in requests[0][2]["query"]
+        assert "search_pipeline" in requests[0][2]  # the normalization travels along
+        hits = os_client.search(index=index, body=requests[0][2])["hits"]["hits"]
+        assert [h["_id"] for h in hits] == expected
+    else:
+        assert len(requests) == 3  # one per leg (one shard)
+        lists = [[(h["_id"], h["_score"]) for h in
+                  os_client.search(index=index, body=body)["hits"]["hits"]]
+                 for _, _, body in requests]
+        fused = fuse(lists[0], lists[1], bm25_hits=lists[2], weights=weights, k=5)
+        assert [f.doc_id for f in fused] == expected
+    assert main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)[0]
+    assert plan["path"] == path and plan["fusion"]["weights"] == [0.4, 0.2, 0.4]
+    assert [r["body"] for r in plan["requests"]] == [body for _, _, body in requests]

@@ -22,9 +22,8 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from lr_opensearch.errors import EngineError, LRError, NodeError
+from lr_opensearch.progress import progress_bar
 from trainer.data import TrainRecord, read_records, write_records
 from trainer.pairs import RECIPES, Doc, doc_view, read_corpus
 
@@ -61,7 +60,7 @@ def index_corpus(client: Any, index: str, docs: dict[str, Doc], *, recreate: boo
     client.indices.create(index=index, body=INDEX_BODY)
     actions = ({"_index": index, "_id": d.id, "_source": {"title": d.title, "text": d.text}}
                for d in docs.values())
-    ok, errors = helpers.bulk(client, tqdm(actions, total=len(docs), desc="bm25 index", unit="doc"),
+    ok, errors = helpers.bulk(client, progress_bar(actions, total=len(docs), desc="bm25 index", unit="doc"),
                               chunk_size=500, raise_on_error=False)
     if errors:
         raise EngineError(f"bulk indexing into {index!r} failed for {len(errors)} documents, "
@@ -101,7 +100,7 @@ def mine(records: Sequence[TrainRecord], docs: dict[str, Doc], client: Any, inde
     Records without ``positive_ids`` exclude documents whose text equals a positive.
     """
     depth = skip + keep + max((len(r.positive_ids) for r in records), default=1) + 1
-    for start in tqdm(range(0, len(records), batch_size), desc="bm25 mining", unit="batch"):
+    for start in progress_bar(range(0, len(records), batch_size), desc="bm25 mining", unit="batch"):
         chunk = records[start:start + batch_size]
         ranked = _search_batch(client, index, [r.query for r in chunk], depth)
         for rec, ids in zip(chunk, ranked, strict=True):

@@ -224,7 +224,7 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until ``run.steps``; checkpoint periodically and at the end."""
-        from tqdm.auto import tqdm
+        from lr_opensearch.progress import progress_bar
 
         run = self.config.run
         self.maybe_resume()
@@ -233,7 +233,7 @@ class Trainer:
             save_config(self.config, self.out / "config.json")
         start, window, logs = time.perf_counter(), defaultdict(list), {}
         ckpt = None
-        bar = tqdm(total=run.steps, initial=self.step, desc="train", unit="step", disable=self.rank != 0)
+        bar = progress_bar(total=run.steps, initial=self.step, desc="train", unit="step", disable=self.rank != 0)
         while self.step < run.steps:
             logs = self.train_step()
             for k, v in logs.items():

@@ -169,7 +169,7 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
         (table [V, H] float32, :class:`TableFit`). Serve the table as is: the query side
         takes the plain mean of its rows.
     """
-    from tqdm.auto import tqdm
+    from lr_opensearch.progress import progress_bar
 
     n = bags.shape[0]
     if n < 2 or bags.shape[1] != e0.shape[0] or targets.shape != (n, e0.shape[1]):
@@ -191,7 +191,7 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
     per_lam: dict[str, float] = {}
     best, best_cos, table, worse = lams[0], -np.inf, e0f, 0
     warm = e0f
-    with tqdm(total=len(lams) + 1, desc="fit table", unit="solve", disable=not progress) as bar:
+    with progress_bar(total=len(lams) + 1, desc="fit table", unit="solve", disable=not progress) as bar:
         for lam in sorted(lams, reverse=True):
             fitted, it = _solve(a_tr, f_tr, e0f, lam, warm, maxiter=maxiter, tol=tol)
             cos = per_lam[f"{lam:g}"] = mean_cosine(a_h @ fitted, f_h)
@@ -297,11 +297,11 @@ def _read_corpora(paths: Sequence[Path], tokenizer: Any, keep: int, seed: int,
 def _embed_all(embed: Embed, texts: list[str], desc: str, progress: bool,
                chunk: int = 256) -> np.ndarray:
     """``embed`` over ``texts`` in length-sorted chunks (less padding), in input order."""
-    from tqdm.auto import tqdm
+    from lr_opensearch.progress import progress_bar
 
     order = np.argsort([-len(t) for t in texts], kind="stable")
     out: np.ndarray | None = None
-    with tqdm(total=len(texts), desc=desc, unit="q", disable=not progress) as bar:
+    with progress_bar(total=len(texts), desc=desc, unit="q", disable=not progress) as bar:
         for s in range(0, len(texts), chunk):
             idx = order[s : s + chunk]
             vecs = np.asarray(embed([texts[i] for i in idx]), np.float32)

@@ -61,6 +61,43 @@ def format_hits(query: str, hits: Sequence[Hit], *, explain: bool = False) -> st
     return "\n".join(lines)
 
 
+def format_dsl(plan: dict[str, Any]) -> str:
+    """One query's requests as Dev Tools console text (``GET /index/_search`` + body)."""
+    f = plan["fusion"]
+    how = {"server": f"{plan['engine']} fuses these legs itself",
+           "client": "fused client side by lr_opensearch.search.fusion",
+           "single": "one leg alone"}[plan["path"]]
+    lines = [f"# query: {plan['query']}",
+             f"# legs {', '.join(f['legs'])}, weights {f['weights']}, semantics "
+             f"{f['semantics']}, {f['normalization']} + {f['combination']}: {how}"]
+    for r in plan["requests"]:
+        if "leg" in r:
+            lines.append(f"# leg: {r['leg']}")
+        lines.append(f"{r['method']} {r['path']}")
+        lines.append(_dumps_compact_vectors(r["body"]))
+    return "\n".join(lines)
+
+
+def _dumps_compact_vectors(body: Any) -> str:
+    """Indented JSON with every list of numbers (the query vector) on one line."""
+    vectors: list[str] = []
+
+    def swap(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            if node and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in node):
+                vectors.append(json.dumps(node))
+                return f"\x00{len(vectors) - 1}\x00"
+            return [swap(v) for v in node]
+        return node
+
+    text = json.dumps(swap(body), ensure_ascii=False, indent=2)
+    for i, vec in enumerate(vectors):
+        text = text.replace(json.dumps(f"\x00{i}\x00"), vec)
+    return text
+
+
 def _explain_lines(hit: Hit) -> list[str]:
     e = hit.explanation
     assert e is not None
@@ -128,6 +165,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
         ef_search=args.ef_search,
         instruction=args.instruction,
     )
+    if args.dsl:
+        plans = retriever.dsl(args.query, args.k, mode=args.mode, filter=_filter(args.filter),
+                              from_=args.from_, timeout=args.timeout)
+        print(json.dumps(plans, ensure_ascii=False, indent=2) if args.json
+              else "\n\n".join(format_dsl(p) for p in plans))
+        return 0
     results = retriever.search_batch(
         args.query,
         args.k,
@@ -198,5 +241,9 @@ def register(subparsers: Any) -> None:
         "--explain", action="store_true", help="show raw/normalised scores and top tokens"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--dsl", action="store_true",
+                   help="print the exact request(s) instead of searching, in Dev Tools console "
+                   "form (with --json: as JSON); server fusion: one _search with its "
+                   "normalization pipeline inline; client fusion: one per leg")
     add_connection_args(p)
     p.set_defaults(func=_cmd_search)

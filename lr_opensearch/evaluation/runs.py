@@ -30,8 +30,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
-
 from lr_opensearch.evaluation.beir import (
     Dataset,
     Run,
@@ -41,6 +39,7 @@ from lr_opensearch.evaluation.beir import (
     write_trec,
 )
 from lr_opensearch.options import DEFAULT_WEIGHTS, LEGS
+from lr_opensearch.progress import progress_bar
 from lr_opensearch.search.explain import score_from_inner_product
 from lr_opensearch.search.fusion import bundle_weights, fuse
 
@@ -134,7 +133,7 @@ def timed_run(
     qids = list(dataset.queries)
     run: Run = {}
     started = time.perf_counter()
-    for chunk in tqdm(
+    for chunk in progress_bar(
         _batched(qids, batch_size), desc=f"{dataset.name} {name}", unit="batch", leave=False
     ):
         results = search([dataset.queries[q] for q in chunk])

@@ -8,7 +8,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from tqdm import tqdm
+from lr_opensearch.progress import progress_bar
 
 from .config import IngestConfig
 from .reader import CorpusReader, count_lines, is_gzip
@@ -31,13 +31,13 @@ class Progress:
         desc = f"ingest {config.index}" + (f" [{config.split[0]}/{config.workers}]"
                                            if config.workers > 1 else "")
         if config.is_stdin:
-            self.bar = tqdm(desc=desc, unit="line", dynamic_ncols=True)
+            self.bar = progress_bar(desc=desc, unit="line", dynamic_ncols=True)
         elif is_gzip(config.corpus):
             self._bytes = True
-            self.bar = tqdm(desc=desc, total=os.path.getsize(config.corpus), unit="B",
+            self.bar = progress_bar(desc=desc, total=os.path.getsize(config.corpus), unit="B",
                             unit_scale=True, dynamic_ncols=True)
         else:
-            self.bar = tqdm(desc=desc, total=count_lines(config.corpus), initial=initial_line,
+            self.bar = progress_bar(desc=desc, total=count_lines(config.corpus), initial=initial_line,
                             unit="line", dynamic_ncols=True)
 
     def update(self, encoded: int, *, force: bool = False) -> None:

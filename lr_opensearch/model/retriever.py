@@ -309,7 +309,7 @@ class LightRetrieverModel(nn.Module):
         Returns:
             [V, H] float32 on the CPU.
         """
-        from tqdm.auto import tqdm
+        from lr_opensearch.progress import progress_bar
 
         vocab_size = vocab_size or self.vocab_size
         shared = self.query_layout(instruction_ids)[0]
@@ -318,7 +318,7 @@ class LightRetrieverModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            with torch.inference_mode(), tqdm(total=vocab_size, desc="query table", unit="tok",
+            with torch.inference_mode(), progress_bar(total=vocab_size, desc="query table", unit="tok",
                                               disable=not progress) as bar:
                 for start in range(0, vocab_size, batch_size):
                     stop = min(start + batch_size, vocab_size)

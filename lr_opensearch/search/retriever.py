@@ -243,6 +243,73 @@ class Retriever:
             self._shards = int(self.adapter.index_settings(self.index)["number_of_shards"])
         return self._shards
 
+    def _shard_ids(self, req: SearchRequest) -> list[int | None]:
+        """The shards each leg of client fusion is searched on one by one ([None]: the
+        whole index at once): all primaries with the ``opensearch`` semantics on a
+        multi-shard OpenSearch index (see :meth:`_search_legs`)."""
+        split = (self.adapter.engine == "opensearch" and req.config.semantics == "opensearch"
+                 and self.shards > 1)
+        return list(range(self.shards)) if split else [None]
+
+    def dsl(
+        self,
+        texts: Sequence[str],
+        k: int = 10,
+        *,
+        mode: str = "hybrid",
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        fusion: str | None = None,
+        semantics: str | None = None,
+        filter: Filter = None,
+        instruction: str | None = None,
+        from_: int = 0,
+        source: Any = None,
+        timeout: float | str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The exact requests :meth:`search_batch` sends for ``texts`` (same arguments),
+        without sending them: to paste into Dev Tools or a search-relevance comparison.
+
+        Returns, per text: ``query``, ``path`` (``server``: one ``_search`` the engine
+        fuses, its normalization pipeline inline; ``client``: one ``_search`` per leg (and
+        shard), fused by :mod:`lr_opensearch.search.fusion` with ``fusion``; ``single``),
+        ``engine``, ``fusion`` (legs, weights, semantics, normalization, combination) and
+        ``requests`` (``method``, ``path``, ``body``, and ``leg`` for client fusion).
+        """
+        texts = list(texts)
+        req = self._request(k, mode, weights, fusion, semantics, filter, from_, source,
+                            timeout, False)
+        dense = sparse = None
+        if mode != "bm25":
+            batch = self.encoder.encode_batch(texts, instruction=instruction or self.instruction)
+            dense, sparse = batch.dense, batch.sparse
+        sub = self._sub_queries(dense, sparse, texts, req, len(texts))
+        search = f"/{self.index}/_search"
+        c = req.config
+        out = []
+        for text, pair in zip(texts, sub, strict=True):
+            if req.path == "server":
+                requests = [{"method": "GET", "path": search, "body": self.adapter.hybrid_body(
+                    pair, c, size=req.depth, depth=self._size(req), source=req.source,
+                    timeout=req.timeout)}]
+            elif req.path == "single":
+                requests = [{"method": "GET", "path": search, "body": self.adapter.body(
+                    pair[0], size=req.depth, source=req.source, timeout=req.timeout)}]
+            else:
+                requests = [
+                    {"leg": leg, "method": "GET",
+                     "path": search + ("" if shard is None else f"?preference=_shards:{shard}"),
+                     "body": self.adapter.body(q, size=self._size(req), source=False,
+                                               timeout=req.timeout)}
+                    for leg, q in zip(req.legs, pair, strict=True)
+                    for shard in self._shard_ids(req)]
+            out.append({"query": text, "path": req.path, "engine": self.adapter.engine,
+                        "fusion": {"legs": list(req.legs), "weights": list(c.leg_weights),
+                                   "semantics": c.semantics, "normalization": c.normalization,
+                                   "combination": c.combination,
+                                   "rank_constant": c.rank_constant},
+                        "requests": requests})
+        return out
+
     def _search_legs(
         self, sub: list[tuple[dict[str, Any], ...]], req: SearchRequest, source: Any, what: str
     ) -> list[list[EngineResult]]:
@@ -255,9 +322,7 @@ class Retriever:
         fusion ranks as the server does. Otherwise each leg is one search over the index
         (the global best ``size``).
         """
-        split = (self.adapter.engine == "opensearch" and req.config.semantics == "opensearch"
-                 and self.shards > 1)
-        shard_ids: list[int | None] = list(range(self.shards)) if split else [None]
+        shard_ids = self._shard_ids(req)
         bodies, prefs = [], []
         for pair in sub:
             for q in pair:

@@ -1,0 +1,53 @@
+"""Progress bars in a log: one whole line per refresh when stderr is not a terminal, the
+usual redrawn bar when it is (a pseudo-terminal here)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+SCRIPT = """
+import time
+from lr_opensearch.progress import progress_bar
+for _ in progress_bar(range(40), desc="work", unit="item"):
+    time.sleep(0.01)
+"""
+
+
+def test_a_log_gets_whole_lines_not_redraws() -> None:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=60, check=True,
+                          env={**os.environ, "LR_PROGRESS_INTERVAL": "0.05"})
+    err = proc.stderr
+    assert "\r" not in err and "\x1b" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) >= 3  # the start, some refreshes, the end: not a hundred redraws
+    assert all(line.startswith("work:") and "/40" in line for line in lines)
+    assert "100%" in lines[-1] and "40/40" in lines[-1]
+
+
+def test_a_terminal_gets_the_redrawn_bar() -> None:
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    out = b""
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stderr=follower,
+                                stdout=subprocess.DEVNULL)
+        os.close(follower)
+        while True:  # read while it runs: a full pty buffer would block the child
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+    assert b"\r" in out and b"40/40" in out
