@@ -251,23 +251,10 @@ class Retriever:
                  and self.shards > 1)
         return list(range(self.shards)) if split else [None]
 
-    def dsl(
-        self,
-        texts: Sequence[str],
-        k: int = 10,
-        *,
-        mode: str = "hybrid",
-        weights: Sequence[float] | Mapping[str, float] | None = None,
-        fusion: str | None = None,
-        semantics: str | None = None,
-        filter: Filter = None,
-        instruction: str | None = None,
-        from_: int = 0,
-        source: Any = None,
-        timeout: float | str | None = None,
-    ) -> list[dict[str, Any]]:
-        """The exact requests :meth:`search_batch` sends for ``texts`` (same arguments),
-        without sending them: to paste into Dev Tools or a search-relevance comparison.
+    def dsl(self, texts: Sequence[str], k: int = 10, **kwargs: Any) -> list[dict[str, Any]]:
+        """The exact requests :meth:`search_batch` sends for ``texts`` (same keyword
+        arguments, ``explain`` excepted), without sending them: to paste into Dev Tools or
+        a search-relevance comparison.
 
         Returns, per text: ``query``, ``path`` (``server``: one ``_search`` the engine
         fuses, its normalization pipeline inline; ``client``: one ``_search`` per leg (and
@@ -275,9 +262,15 @@ class Retriever:
         ``engine``, ``fusion`` (legs, weights, semantics, normalization, combination) and
         ``requests`` (``method``, ``path``, ``body``, and ``leg`` for client fusion).
         """
+        instruction = kwargs.pop("instruction", None)
+        mode = kwargs.pop("mode", "hybrid")
+        req = self._request(k, mode, kwargs.pop("weights", None), kwargs.pop("fusion", None),
+                            kwargs.pop("semantics", None), kwargs.pop("filter", None),
+                            kwargs.pop("from_", 0), kwargs.pop("source", None),
+                            kwargs.pop("timeout", None), False)
+        if kwargs:
+            raise ConfigError(f"dsl() got unknown argument(s) {sorted(kwargs)}")
         texts = list(texts)
-        req = self._request(k, mode, weights, fusion, semantics, filter, from_, source,
-                            timeout, False)
         dense = sparse = None
         if mode != "bm25":
             batch = self.encoder.encode_batch(texts, instruction=instruction or self.instruction)
