@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "search": ("lr_opensearch.cli.search", "hybrid / dense / sparse search with explanations"),
     "eval": ("lr_opensearch.cli.eval", "evaluate runs on a BEIR-format collection"),
     "demo": ("lr_opensearch.cli.demo", "the main job: node, bundle, ingest, search, end to end"),
+    "dashboards": ("lr_opensearch.cli.dashboards", "saved objects for Dashboards / Kibana"),
     "inspect": ("lr_opensearch.cli.inspect", "LR hybrid, dense, sparse and BM25 side by side in "
                 "the browser"),
 }
