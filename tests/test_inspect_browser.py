@@ -180,3 +180,39 @@ def test_errors_show_a_message_never_a_stack_trace(browser: Any, corpus: Any,
         assert "Traceback" not in browser.page_source
     finally:
         server.close()
+
+
+def test_the_full_model_list_when_the_document_encoder_is_there(
+        os_client: Any, opensearch_url: str, tmp_path: Path) -> None:
+    """A bundle with its document encoder gets a fifth list: the full model's query vector
+    searched densely, the same hits as the evaluation's full-dense run gives."""
+    from ingest_support import build_tiny_bundle, data_dir, read_corpus, write_jsonl
+
+    from lr_opensearch.evaluation.runs import full_query_encoder
+    from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
+    from lr_opensearch.indexing.run import run
+    from lr_opensearch.inspect import create_app
+    from lr_opensearch.search import Retriever
+
+    path = build_tiny_bundle(tmp_path / "b")
+    index = f"lr-test-inspect-full-{uuid.uuid4().hex[:8]}"
+    corpus = write_jsonl(tmp_path / "c.jsonl",
+                         read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=30))
+    run(IngestConfig(corpus=str(corpus), bundle=str(path), index=index,
+                     connection=ConnectionConfig(url=opensearch_url), state_dir=tmp_path / "s",
+                     progress=False))
+    try:
+        app = create_app(str(path), index, url=opensearch_url)
+        client = app.test_client()
+        assert b'id="list-full"' in client.get("/").data
+        data = client.get("/api/search?q=computer%20information%20retrieval").get_json()
+        assert set(data["lists"]) == {"hybrid", "dense", "sparse", "bm25", "full"}
+        bundle = load_bundle(path)
+        retriever = Retriever(bundle, os_client, index)
+        vector = full_query_encoder(bundle)(["computer information retrieval"])
+        expected = retriever.search_encoded(vector, None, 10, mode="dense")[0]
+        assert [h["id"] for h in data["lists"]["full"]] == [h.doc_id for h in expected]
+        assert b'id="list-full"' not in create_app(str(path), index, url=opensearch_url,
+                                                   full=False).test_client().get("/").data
+    finally:
+        os_client.indices.delete(index=index, ignore_unavailable=True)

@@ -188,19 +188,25 @@ def _hybrid(retriever: Any, k: int, weights: dict[str, float],
     return _hits(retriever.search_batch(texts, k, weights=weights))
 
 
-def _full_dense(
-    retriever: Any, bundle: Bundle, k: int, instruction: str | None = None
-) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
-    """Queries through the full document encoder (loaded once, outside the timing), with
-    the same instruction prompt as the LR table of the run."""
+def full_query_encoder(bundle: Bundle, instruction: str | None = None) -> Callable[[list[str]], Any]:
+    """Queries -> [n, served_dim] dense vectors from the bundle's full document encoder
+    (loaded here, once), with the instruction prompt of the LR table: the baseline the
+    query table replaces (``full-dense`` runs, ``lr inspect``)."""
     from lr_opensearch.model import DocEncoder
 
     encoder = DocEncoder.from_bundle(bundle)
     prompt = bundle.instructions[bundle.resolve_instruction(instruction)]
+    return lambda texts: encoder.encode_dense([prompt + t for t in texts])
+
+
+def _full_dense(
+    retriever: Any, bundle: Bundle, k: int, instruction: str | None = None
+) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
+    """Queries through the full document encoder (loaded once, outside the timing)."""
+    encode = full_query_encoder(bundle, instruction)
 
     def search(texts: list[str]) -> list[list[tuple[str, float]]]:
-        dense = encoder.encode_dense([prompt + t for t in texts])
-        return _hits(retriever.search_encoded(dense, None, k, mode="dense"))
+        return _hits(retriever.search_encoded(encode(texts), None, k, mode="dense"))
 
     return search
 

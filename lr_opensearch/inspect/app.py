@@ -1,7 +1,8 @@
 """The inspector: LR hybrid, LR dense, LR sparse and BM25 side by side for one query.
 
 The page (``templates/inspect.html``) asks ``/api/search?q=...&dense=W`` for JSON: the four
-lists (top ``k``), per hit the raw and normalised scores of each leg and the query tokens it
+lists (top ``k``; a fifth, the full model's query vector searched densely, when the bundle's
+document encoder can run here), per hit the raw and normalised scores of each leg and the query tokens it
 matched (what ``lr search --explain`` computes), each hybrid hit's rank in BM25's list, and
 the query's tokens with their sparse weight and share of the dense vector. The dense-weight
 slider re-fuses through the same client-side fusion as every other search: the dense leg
@@ -73,9 +74,19 @@ def split_weights(defaults: Mapping[str, float], dense: float) -> dict[str, floa
     return out
 
 
+def full_model_available(bundle: Any) -> bool:
+    """Whether the bundle's full document encoder can run here (torch and its weights)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None and bool(bundle.manifest.get("doc_encoder"))
+
+
 def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: str = "auto",
-               k: int = 10, candidates: int = 100, client: Any = None) -> Any:
-    """The Flask app for ``index`` searched with the bundle at ``bundle_path``."""
+               k: int = 10, candidates: int = 100, client: Any = None,
+               full: bool | None = None) -> Any:
+    """The Flask app for ``index`` searched with the bundle at ``bundle_path``; ``full``
+    adds a fifth list, the dense search with the full model's query vector (default: when
+    the bundle's document encoder can run here; loaded on the first search)."""
     from flask import Flask, jsonify, render_template, request
 
     from lr_opensearch.bundle import load_bundle
@@ -87,7 +98,8 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
     app = Flask(__name__)
     bundle = load_bundle(bundle_path)
     defaults = dict(zip(LEGS, bundle_weights(bundle.config), strict=True))
-    state: dict[str, Any] = {"retriever": None}
+    state: dict[str, Any] = {"retriever": None, "full": None}
+    with_full = full_model_available(bundle) if full is None else full
 
     def retriever() -> Any:  # made on first use, so a page with an error still loads
         if state["retriever"] is None:
@@ -100,7 +112,7 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
     def page() -> Any:
         return render_template("inspect.html", index=index, bundle=bundle.bundle_id,
                                bundle_path=str(bundle.path), dense=defaults["dense"],
-                               defaults=defaults, k=k)
+                               defaults=defaults, k=k, full=with_full)
 
     @app.get("/api/search")
     def search() -> Any:
@@ -118,6 +130,13 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
             lists = {"hybrid": r.search(text, k=k, weights=weights, explain=True)}
             for mode in MODES[1:]:
                 lists[mode] = r.search(text, k=k, mode=mode, explain=mode != "bm25")
+            if with_full:
+                if state["full"] is None:
+                    from lr_opensearch.evaluation.runs import full_query_encoder
+
+                    state["full"] = full_query_encoder(bundle)
+                lists["full"] = r.search_encoded(state["full"]([text]), None, k, mode="dense",
+                                                 texts=[text])[0]
             tokens = query_tokens(r.encoder, text)
         except LRError as exc:
             logger.info("inspect: %s", exc)
