@@ -2,6 +2,7 @@
 
     python bench/load.py [--url http://127.0.0.1:9200] [--bundle DIR] [--dataset DIR]
                          [--clients 8] [--seconds 20] [--rounds 2] [--k 10]
+                         [--candidates 100 | --candidates 10,30,100]
 
 Indexes the dataset for the bundle if no ``lr eval`` index exists (the same name as
 ``lr eval`` uses, so either reuses the other's), then runs, for each mode in turn
@@ -9,8 +10,11 @@ Indexes the dataset for the bundle if no ``lr eval`` index exists (the same name
 threads that each send one search at a time (``Retriever.search``, k hits, the dataset's
 queries in a loop) until the time is up. Reports per mode: searches, QPS, latency p50 /
 p90 / p99 and the error count (must be 0), and the hybrid / BM25 ratios measured in this
-process. Without ``--bundle`` it uses results/bundles/minilm (built if absent). Writes
-results/bench/load.json; exit status 1 on any error.
+process. With several ``--candidates`` LR hybrid runs at each (BM25 once per round) and a
+latency-vs-candidates plot is written (results/bench/load.png). Point ``--url`` (and the
+usual ``LR_OPENSEARCH_*`` credentials) at your own cluster and ``--index`` at your index to
+measure it there. Without ``--bundle`` it uses results/bundles/minilm (built if absent).
+Writes results/bench/load.json; exit status 1 on any error.
 """
 
 from __future__ import annotations
@@ -89,53 +93,97 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--k", type=int, default=10)
+    p.add_argument("--candidates", default="100", help="hits per leg; several: 10,30,100")
+    p.add_argument("--index", default=None,
+                   help="an existing index for the bundle (default: the lr eval index of "
+                   "--dataset, ingested if absent)")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "load.json")
     args = p.parse_args(argv)
 
     bundle = load_bundle(ensure_bundle(args.bundle))
     client = connect(args.url, timeout=60)
     dataset = load_beir(args.dataset)
-    index = default_index_name(dataset, bundle)
-    status = ensure_indexed(client, dataset, bundle, index, args.url)
-    print(f"index {index} ({dataset.n_docs} docs, {status}); {args.clients} clients, "
-          f"{args.seconds:.0f} s per mode and round, {args.rounds} rounds", flush=True)
+    index = args.index or default_index_name(dataset, bundle)
+    status = "given" if args.index else ensure_indexed(client, dataset, bundle, index, args.url)
+    cs = [int(c) for c in str(args.candidates).split(",")]
+    print(f"index {index} ({status}); {args.clients} clients, {args.seconds:.0f} s per mode "
+          f"and round, {args.rounds} rounds, candidates {cs}", flush=True)
     retriever = Retriever(bundle, client, index)
     texts = list(dataset.queries.values())
     retriever.search_batch(texts[:64], k=args.k)  # warm the word cache and the node
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    shapes = [("bm25", None)] + [("hybrid", c) for c in cs]
+    runs: dict[str, list[dict[str, Any]]] = {name(m, c): [] for m, c in shapes}
     for r in range(args.rounds):
-        for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+        for mode, c in (shapes if r % 2 == 0 else shapes[::-1]):
+            if c is not None:
+                retriever.candidates = c
             res = run_mode(retriever, texts, mode, args.clients, args.seconds, args.k)
-            runs[mode].append(res)
-            print(f"round {r + 1} {mode:<7} {res['searches']:>6} searches  "
+            runs[name(mode, c)].append(res)
+            print(f"round {r + 1} {name(mode, c):<12} {res['searches']:>6} searches  "
                   f"{res['qps']:7.1f} QPS  p50 {res['p50_ms']:7.1f} ms  p99 "
                   f"{res['p99_ms']:7.1f} ms  errors {res['errors']}", flush=True)
     summary = {}
-    for mode, rs in runs.items():
-        summary[mode] = {"qps": float(np.mean([r["qps"] for r in rs])),
-                         "p50_ms": float(np.mean([r["p50_ms"] for r in rs])),
-                         "p99_ms": float(np.mean([r["p99_ms"] for r in rs])),
-                         "errors": sum(r["errors"] for r in rs),
-                         "searches": sum(r["searches"] for r in rs)}
-    h, b = summary["hybrid"], summary["bm25"]
-    ratios = {"qps_hybrid_over_bm25": h["qps"] / b["qps"],
-              "p50_hybrid_over_bm25": h["p50_ms"] / b["p50_ms"],
-              "p99_hybrid_over_bm25": h["p99_ms"] / b["p99_ms"]}
-    print(f"mean over rounds: hybrid {h['qps']:.1f} QPS p50 {h['p50_ms']:.1f} ms p99 "
-          f"{h['p99_ms']:.1f} ms | bm25 {b['qps']:.1f} QPS p50 {b['p50_ms']:.1f} ms p99 "
-          f"{b['p99_ms']:.1f} ms | hybrid/bm25: QPS x{ratios['qps_hybrid_over_bm25']:.2f}, "
-          f"p50 x{ratios['p50_hybrid_over_bm25']:.2f}, p99 x{ratios['p99_hybrid_over_bm25']:.2f}"
-          f" | errors {h['errors'] + b['errors']}")
+    for key, rs in runs.items():
+        summary[key] = {"qps": float(np.mean([r["qps"] for r in rs])),
+                        "p50_ms": float(np.mean([r["p50_ms"] for r in rs])),
+                        "p99_ms": float(np.mean([r["p99_ms"] for r in rs])),
+                        "errors": sum(r["errors"] for r in rs),
+                        "searches": sum(r["searches"] for r in rs)}
+    b = summary["bm25"]
+    ratios = {}
+    for c in cs:
+        h = summary[name("hybrid", c)]
+        ratios[f"C={c}"] = {"qps_hybrid_over_bm25": h["qps"] / b["qps"],
+                            "p50_hybrid_over_bm25": h["p50_ms"] / b["p50_ms"],
+                            "p99_hybrid_over_bm25": h["p99_ms"] / b["p99_ms"]}
+        print(f"mean over rounds, C={c}: hybrid {h['qps']:.1f} QPS p50 {h['p50_ms']:.1f} ms "
+              f"p99 {h['p99_ms']:.1f} ms | bm25 {b['qps']:.1f} QPS p50 {b['p50_ms']:.1f} ms "
+              f"p99 {b['p99_ms']:.1f} ms | hybrid/bm25: QPS "
+              f"x{ratios[f'C={c}']['qps_hybrid_over_bm25']:.2f}, p50 "
+              f"x{ratios[f'C={c}']['p50_hybrid_over_bm25']:.2f}, p99 "
+              f"x{ratios[f'C={c}']['p99_hybrid_over_bm25']:.2f}")
+    errors = sum(v["errors"] for v in summary.values())
+    print(f"errors: {errors}")
     report = {"url": args.url, "index": index, "dataset": dataset.name, "docs": dataset.n_docs,
               "bundle": str(bundle.path), "clients": args.clients, "seconds": args.seconds,
-              "rounds": runs, "summary": summary, "ratios": ratios,
+              "candidates": cs, "rounds": runs, "summary": summary, "ratios": ratios,
               "fusion": retriever._resolve_path("auto", retriever.defaults),
               "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                           "python": platform.python_version()}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if len(cs) > 1:
+        plot(summary, cs, args.out.with_suffix(".png"), args.clients)
+        print(f"wrote {args.out.with_suffix('.png')}")
     print(f"wrote {args.out}")
-    return 1 if h["errors"] + b["errors"] else 0
+    return 1 if errors else 0
+
+
+def name(mode: str, candidates: int | None) -> str:
+    return mode if candidates is None else f"{mode}@{candidates}"
+
+
+def plot(summary: dict[str, Any], cs: list[int], path: Path, clients: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for stat, style in (("p50_ms", "o-"), ("p99_ms", "s--")):
+        ax.plot(cs, [summary[name("hybrid", c)][stat] for c in cs], style,
+                label=f"LR hybrid {stat[:3]}")
+        ax.axhline(summary["bm25"][stat], color="k", linestyle=":" if stat == "p50_ms" else "-.",
+                   label=f"BM25 {stat[:3]}")
+    ax.set_xlabel("candidates per leg")
+    ax.set_ylabel(f"latency per search, ms ({clients} concurrent clients)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("search latency under load")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

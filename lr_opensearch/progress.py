@@ -36,7 +36,9 @@ class _LogLines(io.TextIOBase):
         self.stream.flush()
 
 
-def _is_terminal(stream: Any) -> bool:
+def is_terminal(stream: Any = None) -> bool:
+    """Whether ``stream`` (default stderr) is a terminal."""
+    stream = sys.stderr if stream is None else stream
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
@@ -46,7 +48,7 @@ def _is_terminal(stream: Any) -> bool:
 def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
     """A tqdm bar on stderr; one line per refresh (every 30 s) when stderr is no terminal."""
     stream = kwargs.pop("file", None) or sys.stderr
-    if not _is_terminal(stream) and not kwargs.get("disable"):
+    if not is_terminal(stream) and not kwargs.get("disable"):
         interval = float(os.environ.get("LR_PROGRESS_INTERVAL", LOG_INTERVAL_S))
         kwargs["mininterval"] = interval
         kwargs["maxinterval"] = max(interval, kwargs.get("maxinterval", 10.0))

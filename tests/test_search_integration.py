@@ -218,20 +218,18 @@ class _Recording:
 def test_hybrid_fetches_sources_of_the_page_only(
     corpus: Any, os_client: Any, os_capabilities: Any, path: str
 ) -> None:
-    """Client: 100 candidates per leg travel without _source, the k hits' sources come
-    after in one _mget. Server: the hybrid query collects 100 per sub-query
-    (pagination_depth) but returns only the k hits, sources inline."""
+    """100 candidates per leg (client) or per sub-query (server: pagination_depth, only the
+    k hits returned) travel without _source; the k hits' sources come after in one _mget."""
     if path == "server" and not os_capabilities.neural_search:
         pytest.fail("neural-search is missing from the node: server fusion untested")
     bundle, index, *_ = corpus
     spy = _Recording(os_client)
     retriever = Retriever(bundle, spy, index, fusion=path, candidates=100)
     hits = retriever.search_batch(QUERIES[:2], k=3)
-    if path == "client":
-        assert spy.bodies and all(b["_source"] is False for b in spy.bodies)
-        assert len(spy.mgets) == 1 and len(spy.mgets[0]["body"]["docs"]) <= 6
-    else:
-        assert len(spy.bodies) == 2 and not spy.mgets
+    assert spy.bodies and all(b["_source"] is False for b in spy.bodies)
+    assert len(spy.mgets) == 1 and len(spy.mgets[0]["body"]["docs"]) <= 6
+    if path == "server":  # the page only, from 100 collected per sub-query
+        assert len(spy.bodies) == 2
         assert all(b["size"] == 3 and b["query"]["hybrid"]["pagination_depth"] == 100
                    for b in spy.bodies)
     for h in (h for per in hits for h in per):

@@ -63,6 +63,10 @@ def load_hf(model_dir: Path, dtype: torch.dtype) -> tuple[nn.Module, str]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
+    from lr_opensearch.progress import is_terminal
+
+    if not is_terminal():  # its weight-loading bar would redraw itself into a log
+        transformers.utils.logging.disable_progress_bar()
     if not (model_dir / "config.json").is_file():
         raise ConfigError(f"{model_dir}: no config.json; pass an HF save_pretrained directory")
     if not any(model_dir.glob("*.safetensors")):
