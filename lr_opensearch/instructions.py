@@ -74,3 +74,12 @@ def dataset_instruction(table_names: Iterable[str], dataset: str,
     if dataset.lower() in by_lower:
         return by_lower[dataset.lower()], "dataset table"
     return None, "bundle default"
+
+
+def document_text(title: str, text: str) -> str:
+    """Join a document's title and text for the encoder (BEIR convention:
+    ``title + " " + text``): ingest, table fitting and reranking read documents so."""
+    title, text = title.strip(), text.strip()
+    if title and text:
+        return f"{title} {text}"
+    return title or text

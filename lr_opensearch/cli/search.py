@@ -154,6 +154,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from lr_opensearch.search import Retriever
 
     bundle = load_bundle(args.bundle)
+    reranker = None
+    if args.rerank == "full":
+        from lr_opensearch.model.rerank import FullModelReranker
+
+        reranker = FullModelReranker(bundle, args.instruction)
     retriever = Retriever(
         bundle,
         client_from_args(args),
@@ -164,6 +169,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
         candidates=args.candidates,
         ef_search=args.ef_search,
         instruction=args.instruction,
+        rerank=reranker,
+        rerank_depth=args.rerank_depth,
+        rerank_budget_s=args.rerank_budget,
     )
     if args.dsl:
         plans = retriever.dsl(args.query, args.k, mode=args.mode, filter=_filter(args.filter),
@@ -241,6 +249,12 @@ def register(subparsers: Any) -> None:
         "--explain", action="store_true", help="show raw/normalised scores and top tokens"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--rerank", choices=("full",), default=None,
+                   help="a second stage: 'full' rescores the top hits with the bundle's full "
+                   "model (needs torch and the bundle's document encoder)")
+    p.add_argument("--rerank-depth", type=int, default=20, help="hits reranked (default 20)")
+    p.add_argument("--rerank-budget", type=float, default=None,
+                   help="seconds of reranking per search at most (default: no limit)")
     p.add_argument("--dsl", action="store_true",
                    help="print the exact request(s) instead of searching, in Dev Tools console "
                    "form (with --json: as JSON); server fusion: one _search with its "

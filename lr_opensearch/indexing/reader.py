@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lr_opensearch.errors import CorpusError, IngestError
+from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
 
@@ -90,14 +91,6 @@ class Foreign:
 
 
 Item = Record | Rejection | Foreign
-
-
-def document_text(title: str, text: str) -> str:
-    """Join title and text for the encoder (BEIR convention: ``title + " " + text``)."""
-    title, text = title.strip(), text.strip()
-    if title and text:
-        return f"{title} {text}"
-    return title or text
 
 
 def worker_of(key: str, workers: int) -> int:

@@ -33,6 +33,8 @@ class Hit:
         source: the document ``_source`` as selected.
         explanation: filled when searched with ``explain=True``.
         bm25_score: BM25 score, when the BM25 leg returned the doc.
+        first_stage_score: after a rerank stage, the score the first stage gave (``score``
+            is then the reranker's); None without reranking.
     """
 
     doc_id: str
@@ -43,6 +45,7 @@ class Hit:
     source: Mapping[str, Any] | None = None
     explanation: Explanation | None = None
     bm25_score: float | None = None
+    first_stage_score: float | None = None
 
     @property
     def title(self) -> str:

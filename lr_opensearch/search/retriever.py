@@ -67,6 +67,9 @@ class Retriever:
         instruction: default query instruction name (None: the bundle's default).
         encoder: a ready query encoder (default: ``QueryEncoder(bundle)``).
         check_bundle: verify the index ``_meta`` bundle id first (default True).
+        rerank: a second stage (:mod:`lr_opensearch.search.rerank`): a reranker (its top
+            ``rerank_depth`` hits rescored, at most ``rerank_budget_s`` seconds a search) or
+            a ready ``RerankStage``; None (default): no model at query time.
     """
 
     def __init__(
@@ -86,6 +89,9 @@ class Retriever:
         instruction: str | None = None,
         encoder: Any = None,
         check_bundle: bool = True,
+        rerank: Any = None,
+        rerank_depth: int = 20,
+        rerank_budget_s: float | None = None,
     ):
         self.bundle = bundle
         self.index = index
@@ -106,6 +112,9 @@ class Retriever:
         self.instruction = instruction
         self._told: set[str] = set()
         self._shards: int | None = None
+        from lr_opensearch.search.rerank import as_stage
+
+        self.rerank = as_stage(rerank, rerank_depth, rerank_budget_s)
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
         if encoder is None:
@@ -158,6 +167,22 @@ class Retriever:
             explain: attach an :class:`Explanation` to every hit.
         """
         texts = list(texts)
+        if self.rerank is not None:  # the first stage returns the reranked depth, from 0
+            depth = max(from_ + k, self.rerank.depth)
+            first = self._first_stage(texts, depth, mode=mode, weights=weights, fusion=fusion,
+                                      semantics=semantics, filter=filter,
+                                      instruction=instruction, source=source, timeout=timeout,
+                                      explain=explain)
+            return [self.rerank.apply(t, hits)[from_ : from_ + k]
+                    for t, hits in zip(texts, first, strict=True)]
+        return self._first_stage(texts, k, mode=mode, weights=weights, fusion=fusion,
+                                 semantics=semantics, filter=filter, instruction=instruction,
+                                 from_=from_, source=source, timeout=timeout, explain=explain)
+
+    def _first_stage(self, texts: list[str], k: int, *, mode: str, weights: Any, fusion: Any,
+                     semantics: Any, filter: Filter, instruction: str | None, from_: int = 0,
+                     source: Any = None, timeout: Any = None,
+                     explain: bool = False) -> list[list[Hit]]:
         if mode == "bm25":  # no encoding: the engine analyses the text
             return self.search_encoded(None, None, k, mode=mode, texts=texts, filter=filter,
                                        from_=from_, source=source, timeout=timeout,
