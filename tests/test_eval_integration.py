@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from ingest_support import build_tiny_bundle
 
-from lr_opensearch.evaluation import RUN_NAMES, compute_metrics, load_beir, read_trec
+from lr_opensearch.evaluation import (
+    DEFAULT_RUNS,
+    RUN_NAMES,
+    compute_metrics,
+    load_beir,
+    read_trec,
+)
 
 pytestmark = pytest.mark.node
 
@@ -87,7 +93,8 @@ def test_lr_eval_end_to_end(
         assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
         assert report["index_status"] == "ingested"
         assert report["instruction"] == {"name": "default", "prompt": "", "chosen_by": "bundle default"}
-        assert set(report["runs"]) == set(RUN_NAMES) == {
+        assert set(report["runs"]) == set(DEFAULT_RUNS) == set(RUN_NAMES) - {"lr-hybrid+rerank"}
+        assert set(DEFAULT_RUNS) == {
             "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25",
         }
@@ -119,5 +126,12 @@ def test_lr_eval_end_to_end(
         assert json.loads((out / "report.json").read_text())["index_status"] == "reused"
         assert main(["eval", "--compare", str(out)]) == 0
         assert "bm25" in capsys.readouterr().out
+        # the rerank run, asked for by name: LR hybrid's top 20 rescored by the full model
+        assert main(args[:-1] + ["--runs", "lr-hybrid,lr-hybrid+rerank", "--no-sweep",
+                                 "--json"]) == 0
+        reranked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]
+        assert set(reranked) == {"lr-hybrid", "lr-hybrid+rerank"}
+        run = read_trec(out / "runs" / "lr-hybrid+rerank.trec")
+        assert set(run) == set(qrels)
     finally:
         os_client.indices.delete(index=index, ignore_unavailable=True)

@@ -84,6 +84,9 @@ class EvalConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+RERANK_DEPTH = 20  # hits the lr-hybrid+rerank run rescores per query
+
+
 def default_index_name(dataset: Dataset, bundle: Bundle) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", dataset.name.lower()).strip("-") or "dataset"
     return f"lr-eval-{slug}-{bundle.bundle_id[:10]}"
@@ -176,6 +179,13 @@ def run_searches(
     searches["bm25"] = bm25
     if "full-dense" in config.runs:
         searches["full-dense"] = _full_dense(retriever, bundle, k, instruction)
+    if "lr-hybrid+rerank" in config.runs:  # the full model rescoring LR hybrid's top hits
+        from lr_opensearch.model.rerank import FullModelReranker
+
+        reranked = Retriever(bundle, client, index, candidates=k, instruction=instruction,
+                             rerank=FullModelReranker(bundle, instruction),
+                             rerank_depth=RERANK_DEPTH, check_bundle=False)
+        searches["lr-hybrid+rerank"] = lambda t: _hits(reranked.search_batch(t, k))
     out = {}
     for name in config.runs:
         out[name] = timed_run(name, dataset, config.batch_size, searches[name])
