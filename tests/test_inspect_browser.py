@@ -188,10 +188,10 @@ def test_the_full_model_list_when_the_document_encoder_is_there(
     searched densely, the same hits as the evaluation's full-dense run gives."""
     from ingest_support import build_tiny_bundle, data_dir, read_corpus, write_jsonl
 
-    from lr_opensearch.evaluation.runs import full_query_encoder
     from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
     from lr_opensearch.indexing.run import run
     from lr_opensearch.inspect import create_app
+    from lr_opensearch.model.rerank import full_query_encoder
     from lr_opensearch.search import Retriever
 
     path = build_tiny_bundle(tmp_path / "b")

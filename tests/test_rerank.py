@@ -62,9 +62,8 @@ def test_the_full_model_reranker_scores_as_the_full_dense_run(tmp_path: Path) ->
     from ingest_support import build_tiny_bundle
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.evaluation.runs import full_query_encoder
     from lr_opensearch.model import DocEncoder
-    from lr_opensearch.model.rerank import FullModelReranker
+    from lr_opensearch.model.rerank import FullModelReranker, full_query_encoder
 
     bundle = load_bundle(build_tiny_bundle(tmp_path / "b"))
     reranker = FullModelReranker(bundle)

@@ -198,23 +198,12 @@ def _hybrid(retriever: Any, k: int, weights: dict[str, float],
     return _hits(retriever.search_batch(texts, k, weights=weights))
 
 
-def full_query_encoder(bundle: Bundle, instruction: str | None = None,
-                       encoder: Any = None) -> Callable[[list[str]], Any]:
-    """Queries -> [n, served_dim] dense vectors from the bundle's full document encoder
-    (loaded here, once, unless ``encoder`` is given), with the instruction prompt of the LR
-    table: the baseline the query table replaces (``full-dense`` runs, ``lr inspect``,
-    the full-model reranker)."""
-    from lr_opensearch.model import DocEncoder
-
-    encoder = encoder if encoder is not None else DocEncoder.from_bundle(bundle)
-    prompt = bundle.instructions[bundle.resolve_instruction(instruction)]
-    return lambda texts: encoder.encode_dense([prompt + t for t in texts])
-
-
 def _full_dense(
     retriever: Any, bundle: Bundle, k: int, instruction: str | None = None
 ) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
     """Queries through the full document encoder (loaded once, outside the timing)."""
+    from lr_opensearch.model.rerank import full_query_encoder
+
     encode = full_query_encoder(bundle, instruction)
 
     def search(texts: list[str]) -> list[list[tuple[str, float]]]:

@@ -132,7 +132,7 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
                 lists[mode] = r.search(text, k=k, mode=mode, explain=mode != "bm25")
             if with_full:
                 if state["full"] is None:
-                    from lr_opensearch.evaluation.runs import full_query_encoder
+                    from lr_opensearch.model.rerank import full_query_encoder
 
                     state["full"] = full_query_encoder(bundle)
                 lists["full"] = r.search_encoded(state["full"]([text]), None, k, mode="dense",

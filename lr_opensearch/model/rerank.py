@@ -1,4 +1,5 @@
-"""Rerankers that run a model (torch): the bundle's full model as a second stage.
+"""The bundle's full model at query time (torch): its query vectors (the baseline the LR
+table replaces: ``full-dense`` runs, ``lr inspect``) and a reranker built on them.
 
 :class:`FullModelReranker` scores a hit by the inner product of the full model's query
 vector (the bundle's document encoder on ``instruction + query``, as the ``full-dense``
@@ -8,13 +9,26 @@ what the LightRetriever table approximates, computed exactly on the top hits onl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+
+
+def full_query_encoder(bundle: Bundle, instruction: str | None = None,
+                       encoder: Any = None) -> Callable[[list[str]], Any]:
+    """Queries -> [n, served_dim] dense vectors from the bundle's full document encoder
+    (loaded here, once, unless ``encoder`` is given), with the instruction prompt of the LR
+    table: the baseline the query table replaces (``full-dense`` runs, ``lr inspect``,
+    the full-model reranker)."""
+    from lr_opensearch.model import DocEncoder
+
+    encoder = encoder if encoder is not None else DocEncoder.from_bundle(bundle)
+    prompt = bundle.instructions[bundle.resolve_instruction(instruction)]
+    return lambda texts: encoder.encode_dense([prompt + t for t in texts])
 
 
 class FullModelReranker:
@@ -23,7 +37,6 @@ class FullModelReranker:
     name = "full-model"
 
     def __init__(self, bundle: Bundle, instruction: str | None = None) -> None:
-        from lr_opensearch.evaluation.runs import full_query_encoder
         from lr_opensearch.model import DocEncoder
 
         self._docs = DocEncoder.from_bundle(bundle)
