@@ -100,3 +100,17 @@ def checkpoint_indexed(state: Path) -> int:
         except (OSError, ValueError, KeyError):
             return -1
     return -1
+
+
+def ingest_adi(tmp_path: Path, url: str, index: str, limit: int) -> Path:
+    """A tiny bundle (with its document encoder) and the first ``limit`` ADI documents
+    ingested into ``index`` through the real ingest; returns the bundle path."""
+    from lr_opensearch.indexing.run import run
+
+    bundle = build_tiny_bundle(tmp_path / "b")
+    corpus = write_jsonl(tmp_path / "c.jsonl",
+                         read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=limit))
+    run(IngestConfig(corpus=str(corpus), bundle=str(bundle), index=index,
+                     connection=ConnectionConfig(url=url), state_dir=tmp_path / "s",
+                     progress=False))
+    return bundle

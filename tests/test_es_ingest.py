@@ -37,11 +37,11 @@ from lr_opensearch.indexing.reader import document_text
 from lr_opensearch.indexing.run import run
 from lr_opensearch.search.client import connect
 from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, es_capabilities
+from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 
 pytestmark = pytest.mark.node
 
 BAD_LINES = {23: b"{not json\n", 61: b'{"title": "no id", "text": "x"}\n'}
-FEATURE_REL_TOL = 2.0**-8  # Lucene's FeatureField keeps 9 significant bits
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_ingest_on_elasticsearch_resumes_after_sigkill_and_keeps_dead_letters(
         hit = es_client.search(index=es_index, size=1, query={"bool": {
             "must": [{"term": {"lr_sparse": {"value": key}}}],
             "filter": [{"ids": {"values": [d["_id"]]}}]}})["hits"]["hits"][0]
-        assert math.isclose(hit["_score"], w, rel_tol=FEATURE_REL_TOL)
+        assert math.isclose(hit["_score"], w, rel_tol=LUCENE_FEATURE_REL_TOL)
     # a finished ingest does nothing when rerun
     again = run(ingest_config(corpus, tiny, es_index, es_url, state, chunk_size=8,
                               batch_size=8, sort_window=24, dead_letter=dead))

@@ -186,21 +186,14 @@ def test_the_full_model_list_when_the_document_encoder_is_there(
         os_client: Any, opensearch_url: str, tmp_path: Path) -> None:
     """A bundle with its document encoder gets a fifth list: the full model's query vector
     searched densely, the same hits as the evaluation's full-dense run gives."""
-    from ingest_support import build_tiny_bundle, data_dir, read_corpus, write_jsonl
+    from ingest_support import ingest_adi
 
-    from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
-    from lr_opensearch.indexing.run import run
     from lr_opensearch.inspect import create_app
     from lr_opensearch.model.rerank import full_query_encoder
     from lr_opensearch.search import Retriever
 
-    path = build_tiny_bundle(tmp_path / "b")
     index = f"lr-test-inspect-full-{uuid.uuid4().hex[:8]}"
-    corpus = write_jsonl(tmp_path / "c.jsonl",
-                         read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=30))
-    run(IngestConfig(corpus=str(corpus), bundle=str(path), index=index,
-                     connection=ConnectionConfig(url=opensearch_url), state_dir=tmp_path / "s",
-                     progress=False))
+    path = ingest_adi(tmp_path, opensearch_url, index, limit=30)
     try:
         app = create_app(str(path), index, url=opensearch_url)
         client = app.test_client()

@@ -77,21 +77,14 @@ def test_the_full_model_reranker_scores_as_the_full_dense_run(tmp_path: Path) ->
 @pytest.mark.node
 def test_reranking_through_the_retriever(os_client: Any, opensearch_url: str,
                                          tmp_path: Path) -> None:
-    from ingest_support import build_tiny_bundle, data_dir, read_corpus, write_jsonl
+    from ingest_support import ingest_adi
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
-    from lr_opensearch.indexing.run import run
     from lr_opensearch.model.rerank import FullModelReranker
     from lr_opensearch.search import Retriever
 
-    path = build_tiny_bundle(tmp_path / "b")
     index = f"lr-test-rerank-{uuid.uuid4().hex[:8]}"
-    corpus = write_jsonl(tmp_path / "c.jsonl",
-                         read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=40))
-    run(IngestConfig(corpus=str(corpus), bundle=str(path), index=index,
-                     connection=ConnectionConfig(url=opensearch_url), state_dir=tmp_path / "s",
-                     progress=False))
+    path = ingest_adi(tmp_path, opensearch_url, index, limit=40)
     try:
         bundle = load_bundle(path)
         reranker = FullModelReranker(bundle)

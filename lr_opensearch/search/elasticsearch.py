@@ -45,7 +45,7 @@ from lr_opensearch.search.engine import (
     vector_list,
 )
 from lr_opensearch.search.fusion import FusionConfig
-from lr_opensearch.search.templates import check_meta, render_es_index_body
+from lr_opensearch.search.templates import META_KEY, check_meta, render_es_index_body
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -268,7 +268,7 @@ class ElasticsearchAdapter(EngineAdapter):
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """The bundle check of every engine, then the sparse field type (``auto``)."""
         mapping = self.index_mapping(index)
-        meta = check_meta(dict(mapping.get("_meta", {}).get("lightretriever", {})), index,
+        meta = check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), index,
                           bundle)
         if self._auto:
             field = mapping.get("properties", {}).get(self.sparse_field, {})
