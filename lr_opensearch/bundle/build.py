@@ -28,7 +28,7 @@ from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.bundle.fit import FitResult, fit_bundle_tables
 from lr_opensearch.bundle.pseudo import MAX_QUERIES
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.packaged import PACKAGED_MODEL_NAME, packaged_model_dir
+from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
     from lr_opensearch.model import LightRetrieverModel
@@ -71,8 +71,10 @@ def build_bundle(
     """Build a bundle from a local HF checkpoint directory.
 
     Args:
-        model_dir: HF save_pretrained directory with tokenizer.json; None = the packaged
-            all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it was trained).
+        model_dir: HF save_pretrained directory with tokenizer.json, or a catalogue name
+            (``packaged:minilm``, ``packaged:smollm2``: see ``packaged.resolve_model``);
+            None = the packaged all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it
+            was trained).
         out_dir: the bundle directory to write.
         instructions: name -> instruction text; default ``{"default": ""}``.
         pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
@@ -95,12 +97,11 @@ def build_bundle(
     """
     from lr_opensearch.model import LightRetrieverModel
 
-    is_packaged = model_dir is None
-    source = packaged_model_dir() if model_dir is None else Path(model_dir)
+    source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
-        name=PACKAGED_MODEL_NAME if is_packaged else None)
-    config_fields.setdefault("backbone_name", PACKAGED_MODEL_NAME if is_packaged else source.name)
+        name=catalogue_name)
+    config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))

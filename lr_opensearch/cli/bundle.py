@@ -57,8 +57,9 @@ def register(subparsers: Any) -> None:
 
     build = sub.add_parser("build", help="build a bundle from an HF checkpoint (needs torch)",
                            epilog=FIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    build.add_argument("--model", type=Path, default=None,
-                       help="HF save_pretrained directory (default: packaged all-MiniLM-L6-v2)")
+    build.add_argument("--model", default=None,
+                       help="HF save_pretrained directory, or packaged:minilm / packaged:smollm2 "
+                            "(default: packaged all-MiniLM-L6-v2)")
     build.add_argument("--out", type=Path, required=True, help="bundle directory to write")
     build.add_argument("--instruction", action="append", default=[], metavar="NAME=TEXT",
                        help="a query instruction (repeatable), formatted as in training "
