@@ -27,7 +27,7 @@ from lr_opensearch.bundle.pseudo import (
     plan_counts,
     read_records,
 )
-from lr_opensearch.errors import CorpusError
+from lr_opensearch.errors import CorpusError, QueryError
 from lr_opensearch.query import QueryEncoder
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -181,6 +181,25 @@ def test_query_encoder_weighs_distinct_tokens_by_idf_and_falls_back_to_counts(tm
             want = {enc.key_array[i]: expect(i, c) for i, c in zip(ids, counts, strict=True)}
             assert batch.sparse[n] == want == enc.encode(text).sparse
     assert max(count_enc.encode("heat heat transfer").sparse.values()) == 2.0
+
+
+def test_sparse_min_idf_prunes_only_low_idf_sparse_terms(tmp_path: Path) -> None:
+    weights = np.linspace(0.01, 3.0, 200).astype(np.float32)
+    full = _weights_bundle(tmp_path, weights)
+    pruned = QueryEncoder(full.bundle, sparse_min_idf=1.5)
+    texts = ["heat heat transfer", "the tower is tall", "tower"]
+    batch = pruned.encode_batch(texts)
+    for n, text in enumerate(texts):
+        a, b = full.encode(text), pruned.encode(text)
+        np.testing.assert_array_equal(a.dense, b.dense)  # the dense side keeps every token
+        want = {k: w for k, w in a.sparse.items() if w >= np.float32(1.5)}
+        assert b.sparse == want == batch.sparse[n]
+        assert len(want) < len(a.sparse) or min(a.sparse.values()) >= 1.5
+    assert sum(len(full.encode(t).sparse) - len(pruned.encode(t).sparse) for t in texts) > 0
+    with pytest.raises(QueryError, match="needs IDF query weights"):
+        QueryEncoder(_weights_bundle(tmp_path, None).bundle, sparse_min_idf=0.5)
+    with pytest.raises(QueryError, match="finite number"):
+        QueryEncoder(full.bundle, sparse_min_idf=-1)
 
 
 def test_weights_file_is_listed_hashed_and_checked(tmp_path: Path) -> None:

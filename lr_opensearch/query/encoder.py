@@ -8,7 +8,10 @@ LightRetriever encodes a query without running a model:
 * **sparse** = ``{encode_key(token): count}`` over the same tokens (minus stopwords and
   punctuation when the bundle was trained with ``remove_stopwords``); when the bundle
   ships per-token weights (``sparse_query_weights``: IDF from its fit corpus), each
-  DISTINCT token weighs ``idf[token]`` instead of its count.
+  DISTINCT token weighs ``idf[token]`` instead of its count. ``sparse_min_idf`` prunes
+  the sparse query: tokens whose IDF is below it (``the``, ``of``, punctuation: weights
+  near 0, the longest posting lists) are left out of the sparse leg; the dense side keeps
+  them.
 
 The table is used as stored: rows are never re-normalised (``normalize`` in the bundle
 config only says the build normalised each unfitted row; a fitted table's row norms carry
@@ -210,11 +213,13 @@ class QueryEncoder:
             table directly. ``"auto"``: float32 when that copy is at most 1 GiB.
         cache_size: word-cache entries of the tokenizer (0: always use the tokenizer).
         threads: 2 pipelines tokenization and the dense lookup of large batches.
+        sparse_min_idf: leave tokens whose IDF weight is below this out of the sparse
+            query (0: keep every token). Needs a bundle with IDF query weights.
     """
 
     def __init__(self, bundle: Bundle, instruction: str | None = None,
                  max_tokens: int = DEFAULT_MAX_TOKENS, *, table_dtype: str = "auto",
-                 cache_size: int = 1 << 18, threads: int = 2):
+                 cache_size: int = 1 << 18, threads: int = 2, sparse_min_idf: float = 0.0):
         if table_dtype not in ("auto", "float32", "float16"):
             raise QueryError(f"table_dtype={table_dtype!r}; choose 'auto', 'float32' or 'float16'")
         self.bundle = bundle
@@ -233,6 +238,13 @@ class QueryEncoder:
         self._keys: np.ndarray | None = None
         self._sparse_keep: np.ndarray | None = None
         self._sparse_weights = bundle.sparse_weights  # [V] float64 IDF, or None: counts
+        self.sparse_min_idf = float(sparse_min_idf)
+        if not np.isfinite(self.sparse_min_idf) or self.sparse_min_idf < 0:
+            raise QueryError(f"sparse_min_idf must be a finite number >= 0, got {sparse_min_idf!r}")
+        if self.sparse_min_idf > 0 and self._sparse_weights is None:
+            raise QueryError(f"sparse_min_idf={self.sparse_min_idf} needs IDF query weights, but "
+                             f"bundle {bundle.path} has none (its sparse query weights are "
+                             "token counts); rebuild it with --fit-corpus, or leave the option out")
 
     def table(self, instruction: str | None = None) -> np.ndarray:
         """[V, served_dim] rows used for the dense vector (float32 copy or float16 map)."""
@@ -341,12 +353,18 @@ class QueryEncoder:
         return flat, lengths
 
     def _stop_keep(self) -> np.ndarray | None:
-        """[V] bool, False for tokens the sparse query drops (``remove_stopwords``), or None.
-        Every encode path filters through this one mask."""
-        if not self.config.remove_stopwords:
+        """[V] bool, False for tokens the sparse query drops (``remove_stopwords``, IDF below
+        ``sparse_min_idf``), or None when it keeps all. Every encode path filters through
+        this one mask."""
+        if not self.config.remove_stopwords and self.sparse_min_idf <= 0:
             return None
         if self._sparse_keep is None:
-            self._sparse_keep = ~sparse_stop_mask(self.bundle.tokenizer, self.bundle.vocab_size)
+            keep = np.ones(self.bundle.vocab_size, dtype=bool)
+            if self.config.remove_stopwords:
+                keep &= ~sparse_stop_mask(self.bundle.tokenizer, self.bundle.vocab_size)
+            if self.sparse_min_idf > 0 and self._sparse_weights is not None:
+                keep &= self._sparse_weights >= self.sparse_min_idf
+            self._sparse_keep = keep
         return self._sparse_keep
 
     def sparse(self, flat: np.ndarray, lengths: np.ndarray) -> SparseRows:

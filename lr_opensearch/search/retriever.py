@@ -70,6 +70,8 @@ class Retriever:
         rerank: a second stage (:mod:`lr_opensearch.search.rerank`): a reranker (its top
             ``rerank_depth`` hits rescored, at most ``rerank_budget_s`` seconds a search) or
             a ready ``RerankStage``; None (default): no model at query time.
+        sparse_min_idf: prune the sparse query: tokens with IDF below it are not sent
+            (see ``QueryEncoder``; 0, the default, keeps all). Ignored with ``encoder``.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class Retriever:
         rerank: Any = None,
         rerank_depth: int = 20,
         rerank_budget_s: float | None = None,
+        sparse_min_idf: float = 0.0,
     ):
         self.bundle = bundle
         self.index = index
@@ -120,7 +123,7 @@ class Retriever:
         if encoder is None:
             from lr_opensearch.query import QueryEncoder
 
-            encoder = QueryEncoder(bundle, instruction=instruction)
+            encoder = QueryEncoder(bundle, instruction=instruction, sparse_min_idf=sparse_min_idf)
         self.encoder = encoder
 
     # ---- public API ----------------------------------------------------------------
