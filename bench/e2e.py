@@ -18,6 +18,13 @@ the one given. Both encoders then run the same queries through ``Retriever.searc
 Rounds alternate between the three (the CPU is shared with the node and other work).
 Per batch it records the encode time, the engine/fusion time and the total; prints QPS,
 p50/p99 batch latency and the full / LightRetriever ratios; writes results/bench/e2e.json.
+
+Against an operator's own cluster, under load: ``--clients K --seconds S`` runs each of the
+three for S seconds with K client threads, each sending one query at a time (encode +
+search), rounds alternating; it prints searches, QPS, p50 / p90 / p99 per query and the
+error count per encoder (``--url`` and the ``LR_OPENSEARCH_*`` credentials as for ``lr``;
+``--index`` names the index). For a latency-vs-candidates plot under load:
+``bench/load.py --candidates 10,30,100``.
 """
 
 from __future__ import annotations
@@ -128,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", type=int, default=None,
                     help="hits per hybrid sub-query (default: the Retriever's)")
     ap.add_argument("--mode", choices=("hybrid", "dense"), default="hybrid")
+    ap.add_argument("--clients", type=int, default=0,
+                    help="K concurrent client threads, one query at a time each (0: batches)")
+    ap.add_argument("--seconds", type=float, default=20.0,
+                    help="with --clients: seconds per encoder per round")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "e2e.json"))
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -156,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         return dense, retriever.encoder.encode_batch(chunk).sparse  # same sparse side
 
     encoders = {"lightretriever": lr_encode, "full": full_encode}
+    if args.clients > 0:
+        return concurrent(args, retriever, encoders, texts, dataset, index, client, bundle)
     for enc in encoders.values():  # warm-up: JIT, caches, first requests
         run_encoder(
             "warmup", enc, retriever, texts[: args.batch_size], args.batch_size, args.mode, args.k
@@ -233,6 +246,75 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def concurrent(args: Any, retriever: Retriever, encoders: dict[str, Any], texts: list[str],
+               dataset: Any, index: str, client: Any, bundle: Any) -> int:
+    """The ``--clients`` mode: each encoder (and BM25) under K client threads for S seconds."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from load import run_clients
+
+    adapter = retriever.adapter
+
+    def one(encode: Any) -> Any:
+        def search(text: str) -> None:
+            dense, sparse = encode([text])
+            retriever.search_encoded(dense, sparse, args.k, texts=[text], mode=args.mode,
+                                     source=False)
+        return search
+
+    def bm25(text: str) -> None:
+        adapter.msearch(retriever.index, [adapter.body(adapter.text_query(text), size=args.k,
+                                                       source=False)], what="bm25 search")
+
+    runs = {name: one(enc) for name, enc in encoders.items()} | {"bm25": bm25}
+    for fn in runs.values():  # warm-up
+        fn(texts[0])
+    rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in runs}
+    for r in range(args.rounds):
+        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            res = run_clients(runs[name], texts, args.clients, args.seconds)
+            rounds[name].append(res)
+            logger.info("round %d %s: %.1f q/s, p50 %.1f ms, %d errors", r + 1, name,
+                        res["qps"], res["p50_ms"] or float("nan"), res["errors"])
+
+    def merged(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"searches": sum(x["searches"] for x in rs),
+                "qps": sum(x["searches"] for x in rs) / sum(x["seconds"] for x in rs),
+                **{f"p{q}_ms": float(np.median([x[f"p{q}_ms"] for x in rs if x[f"p{q}_ms"]]
+                                               or [np.nan])) for q in (50, 90, 99)},
+                "errors": sum(x["errors"] for x in rs),
+                "first_errors": [e for x in rs for e in x["first_errors"]][:5]}
+
+    results = {n: merged(rs) for n, rs in rounds.items()}
+    print(f"dataset {dataset.name} ({dataset.n_docs} docs), index {index}, mode {args.mode}, "
+          f"{args.clients} clients x {args.seconds:.0f} s x {args.rounds} rounds, "
+          f"candidates {retriever.candidates}")
+    print(f"{'encoder':<15} {'searches':>9} {'QPS':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+          f"{'errors':>7}")
+    for name, res in results.items():
+        print(f"{name:<15} {res['searches']:>9} {res['qps']:>8.1f} {res['p50_ms']:>8.1f} "
+              f"{res['p90_ms']:>8.1f} {res['p99_ms']:>8.1f} {res['errors']:>7}")
+    lr, fl, bm = results["lightretriever"], results["full"], results["bm25"]
+    ratios = {"qps_lightretriever_over_full": lr["qps"] / fl["qps"],
+              "p50_full_over_lightretriever": fl["p50_ms"] / lr["p50_ms"],
+              "p50_lightretriever_over_bm25": lr["p50_ms"] / bm["p50_ms"]}
+    print(f"QPS LR / full: {ratios['qps_lightretriever_over_full']:.2f}x; p50 full / LR: "
+          f"{ratios['p50_full_over_lightretriever']:.2f}x; p50 LR / BM25: "
+          f"{ratios['p50_lightretriever_over_bm25']:.2f}x")
+    report = {"bench": "e2e-concurrent", "dataset": dataset.name, "docs": dataset.n_docs,
+              "index": index, "mode": args.mode, "k": args.k, "clients": args.clients,
+              "seconds": args.seconds, "rounds": args.rounds, "candidates": retriever.candidates,
+              "bundle": str(bundle.path), "bundle_id": bundle.bundle_id, "results": results,
+              "per_round": rounds, "ratios": ratios,
+              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                          "load_avg": os.getloadavg()},
+              "engine": {"version": cluster_capabilities(client).version}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return 1 if any(r["errors"] for r in results.values()) else 0
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ MODES = ("hybrid", "bm25")
 
 def run_mode(retriever: Any, texts: list[str], mode: str, clients: int, seconds: float,
              k: int) -> dict[str, Any]:
+    """``clients`` threads each running ``retriever.search(text, k, mode)`` for ``seconds``."""
+    return {"mode": mode, **run_clients(lambda text: retriever.search(text, k=k, mode=mode),
+                                        texts, clients, seconds)}
+
+
+def run_clients(search_one: Any, texts: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` threads each calling ``search_one(text)`` (the texts in a loop, one call at
+    a time) until ``seconds`` are up: searches, QPS, latency p50 / p90 / p99 in ms, errors."""
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
     start = threading.Barrier(clients + 1)
@@ -53,7 +61,7 @@ def run_mode(retriever: Any, texts: list[str], mode: str, clients: int, seconds:
             i += 1
             t0 = time.perf_counter()
             try:
-                retriever.search(text, k=k, mode=mode)
+                search_one(text)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
                 continue
@@ -69,7 +77,7 @@ def run_mode(retriever: Any, texts: list[str], mode: str, clients: int, seconds:
         t.join()
     wall = time.perf_counter() - t0
     flat = np.asarray([x for per in latencies for x in per]) * 1000.0
-    return {"mode": mode, "searches": int(flat.size), "seconds": wall,
+    return {"searches": int(flat.size), "seconds": wall,
             "qps": flat.size / wall if wall else 0.0,
             "p50_ms": float(np.percentile(flat, 50)) if flat.size else None,
             "p90_ms": float(np.percentile(flat, 90)) if flat.size else None,
