@@ -20,6 +20,11 @@ POOLINGS = ("cls", "mean", "last")
 #: where a normalising model normalises the light dense query: each token row, or the mean
 QUERY_NORMS = ("rows", "mean")
 SPARSE_HEADS = ("lm", "mlm", "tied")
+#: where the sparse document vector comes from: "max" (LightRetriever: the head's logits
+#: max-pooled over content positions, log(1 + relu)); "medusa_last" (BRIDGE-Embed: N Medusa
+#: heads' next-token distributions at the last position, weighted by 1 - p_eos);
+#: "medusa_max" (the Medusa heads' logits max-pooled as LightRetriever, weighted alike)
+SPARSE_MODES = ("max", "medusa_last", "medusa_max")
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field
 ES_SPARSE_TYPES = ("sparse_vector", "rank_features")  # Elasticsearch sparse field types

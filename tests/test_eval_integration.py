@@ -93,7 +93,8 @@ def test_lr_eval_end_to_end(
         assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
         assert report["index_status"] == "ingested"
         assert report["instruction"] == {"name": "default", "prompt": "", "chosen_by": "bundle default"}
-        assert set(report["runs"]) == set(DEFAULT_RUNS) == set(RUN_NAMES) - {"lr-hybrid+rerank"}
+        assert set(report["runs"]) == set(DEFAULT_RUNS) == set(RUN_NAMES) - {
+            "lr-hybrid+rerank", "bm25+rerank", "xtr", "xtr+rerank"}
         assert set(DEFAULT_RUNS) == {
             "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25",

@@ -126,7 +126,7 @@ def test_kl_alignment_matches_the_closed_form_and_spares_the_teacher():
 
 
 def test_registry_lists_valid_names():
-    assert set(LOSSES) == {"contrastive", "flops", "matryoshka", "kl_alignment"}
+    assert {"contrastive", "flops", "matryoshka", "kl_alignment"} <= set(LOSSES)  # + later papers'
     assert isinstance(build_loss("contrastive", temperature=0.1), ContrastiveLoss)
     with pytest.raises(ConfigError, match="contrastive, flops, kl_alignment, matryoshka"):
         build_loss("triplet")

@@ -45,6 +45,11 @@ class ModelSettings:
         query_norm: with ``normalize``, "mean" (the reference: average the raw token
             vectors, normalise the mean, so a row's norm weighs its token) or "rows"
             (normalise each token vector, then average). The bundle records it.
+        sparse_mode: the sparse document vector: "max" (LightRetriever, the default) or
+            BRIDGE-Embed's "medusa_last" / "medusa_max" (``lr_opensearch.model.medusa``).
+        medusa_heads: N Medusa heads (paper: 3).
+        soft_top_k_temperature: tau of SoftTopK (paper: 0.05); the bundle records it, as the
+            stored weights are Norm(SoftTopK(h, export k, tau)).
     """
 
     path: str | None = None
@@ -53,6 +58,9 @@ class ModelSettings:
     normalize: bool | None = None
     sparse_head: str | None = None
     query_norm: str = "mean"
+    sparse_mode: str = "max"
+    medusa_heads: int = 3
+    soft_top_k_temperature: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,17 @@ class LossSettings:
         cross_device_negatives: under DDP, score every rank's queries against every rank's
             documents (the reference's ``negatives_x_device``): the loss is the one of the
             concatenated global batch. Off: each rank sees only its own negatives.
+        s_matryoshka_weight: BRIDGE-Embed's S-Matryoshka loss on the Medusa sparse vector
+            (needs a Medusa ``model.sparse_mode``).
+        s_matryoshka_sizes: its k values (paper: 128, 256, 512).
+        s_matryoshka_size_weights: w_k per size (empty = uniform).
+        s_matryoshka_temperature: the contrastive temperature over the normalised sparse scores.
+        s_matryoshka_l1: lambda of its L1 term.
+        self_distill_weight: KL(original head || Medusa head 0) at the last position.
+        rrf_weight: the RRF-shaped hybrid hinge over the sparse and dense in-batch scores.
+        rrf_temperature: SoftRank tau (paper: 0.05).
+        rrf_constant: s of RRF (60).
+        rrf_margin: the hinge margin (RRF values are near 1/61; see ``RRFHybridLoss``).
     """
 
     temperature: float = 0.02
@@ -135,6 +154,16 @@ class LossSettings:
     flops_warmup_steps: int = 4000
     matryoshka_dims: tuple[int | None, ...] = ()
     cross_device_negatives: bool = True
+    s_matryoshka_weight: float = 0.0
+    s_matryoshka_sizes: tuple[int, ...] = (128, 256, 512)
+    s_matryoshka_size_weights: tuple[float, ...] = ()
+    s_matryoshka_temperature: float = 0.05
+    s_matryoshka_l1: float = 1e-3
+    self_distill_weight: float = 0.0
+    rrf_weight: float = 0.0
+    rrf_temperature: float = 0.05
+    rrf_constant: float = 60.0
+    rrf_margin: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -197,6 +226,8 @@ class ExportSettings:
         max_length: document tokens at ingest (None = ``data.max_length``).
         batch_size: vocabulary tokens per forward when caching a table.
         out: write the bundle here when training ends (None = export separately).
+        sparse_top_k: terms stored per document (the bundle's ``sparse_top_k``; None = its
+            default, 256); in a Medusa sparse mode also the k of the served soft top-k.
     """
 
     instructions: Mapping[str, str] = field(default_factory=lambda: {"default": ""})
@@ -205,6 +236,7 @@ class ExportSettings:
     max_length: int | None = None
     batch_size: int = 512
     out: str | None = None
+    sparse_top_k: int | None = None
 
 
 @dataclass(frozen=True)
@@ -343,6 +375,13 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
     Raises:
         ConfigError: unreadable file, unknown keys, wrong types or invalid values.
     """
+    return config_from_dict(read_config_data(path, overrides), source=str(path or "config"))
+
+
+def read_config_data(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The nested dict of a YAML/JSON config file with ``key=value`` overrides applied and
+    relative ``data.sources[].path`` values resolved against the file's folder (shared by
+    :func:`load_config` and other runs' configs, e.g. ``trainer.ur2n``)."""
     data: dict[str, Any] = {}
     base = Path.cwd()
     if path is not None:
@@ -364,7 +403,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
     for src in (data.get("data") or {}).get("sources") or []:
         if isinstance(src, dict) and isinstance(src.get("path"), str):
             src["path"] = str((base / src["path"]).resolve()) if not Path(src["path"]).is_absolute() else src["path"]
-    return config_from_dict(data, source=str(path or "config"))
+    return data
 
 
 def validate(config: TrainConfig, *, source: str = "config") -> None:
@@ -377,10 +416,10 @@ def validate(config: TrainConfig, *, source: str = "config") -> None:
         (data.negatives >= 0, "data.negatives must be >= 0"),
         (data.max_length >= 4 and data.query_max_tokens >= 1, "data.max_length >= 4 and data.query_max_tokens >= 1"),
         (loss.temperature > 0 and loss.sparse_temperature > 0, "loss temperatures must be > 0"),
-        (min(loss.dense_weight, loss.sparse_weight, loss.symmetric_weight, loss.kl_weight) >= 0,
-         "loss weights must be >= 0"),
-        (loss.dense_weight + loss.sparse_weight + loss.symmetric_weight + loss.kl_weight > 0,
-         "at least one loss weight must be > 0"),
+        (min(loss.dense_weight, loss.sparse_weight, loss.symmetric_weight, loss.kl_weight,
+             *_bridge_weights(loss)) >= 0, "loss weights must be >= 0"),
+        (loss.dense_weight + loss.sparse_weight + loss.symmetric_weight + loss.kl_weight
+         + sum(_bridge_weights(loss)) > 0, "at least one loss weight must be > 0"),
         (optim.schedule in ("cosine", "linear", "constant"),
          f"optim.schedule must be one of cosine, linear, constant; got {optim.schedule!r}"),
         (optim.lr > 0, "optim.lr must be > 0"),
@@ -392,11 +431,47 @@ def validate(config: TrainConfig, *, source: str = "config") -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(f"{source}: {message}")
+    _validate_bridge(config, source)
     names = [s.name for s in data.sources]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: data.sources names must be unique, got {names}")
     if any(s.weight <= 0 for s in data.sources):
         raise ConfigError(f"{source}: data.sources weights must be > 0")
+
+
+def _bridge_weights(loss: LossSettings) -> tuple[float, float, float]:
+    return loss.s_matryoshka_weight, loss.self_distill_weight, loss.rrf_weight
+
+
+def _validate_bridge(config: TrainConfig, source: str) -> None:
+    """BRIDGE-Embed settings (issue 19): the sparse mode and the terms that need one."""
+    from lr_opensearch.options import SPARSE_MODES, choice
+
+    model, loss = config.model, config.loss
+    choice("model.sparse_mode", model.sparse_mode, SPARSE_MODES)
+    medusa = model.sparse_mode != "max"
+    checks = [
+        (model.medusa_heads >= 1 and model.soft_top_k_temperature > 0,
+         "model.medusa_heads >= 1 and model.soft_top_k_temperature > 0"),
+        (medusa or loss.s_matryoshka_weight == 0,
+         "loss.s_matryoshka_weight > 0 needs model.sparse_mode 'medusa_last' or 'medusa_max' "
+         "(a 'max' bundle stores the raw top-k, not the soft top-k the loss trains)"),
+        (medusa or loss.self_distill_weight == 0,
+         "loss.self_distill_weight > 0 needs Medusa heads: set model.sparse_mode 'medusa_last' "
+         "or 'medusa_max'"),
+        (bool(loss.s_matryoshka_sizes) and min(loss.s_matryoshka_sizes) >= 1,
+         "loss.s_matryoshka_sizes must be a non-empty list of k >= 1"),
+        (not loss.s_matryoshka_size_weights
+         or len(loss.s_matryoshka_size_weights) == len(loss.s_matryoshka_sizes),
+         "loss.s_matryoshka_size_weights needs one weight per size (or none: uniform)"),
+        (min(loss.s_matryoshka_temperature, loss.rrf_temperature, loss.rrf_constant) > 0
+         and min(loss.s_matryoshka_l1, loss.rrf_margin) >= 0,
+         "loss.s_matryoshka_temperature, rrf_temperature, rrf_constant must be > 0 and "
+         "s_matryoshka_l1, rrf_margin >= 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{source}: {message}")
 
 
 def micro_batch_size(config: TrainConfig, world_size: int) -> int:

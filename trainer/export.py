@@ -55,12 +55,13 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
     model.eval()
     export = config.export
     start = time.perf_counter()
+    extra: dict[str, Any] = {} if export.sparse_top_k is None else {"sparse_top_k": export.sparse_top_k}
     path = build_bundle_from_model(
         model, tokenizer, out, instructions=bundle_instructions(config),
         default_instruction=export.default_instruction,
         max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
         batch_size=export.batch_size, overwrite=overwrite, progress=progress,
-        fit_corpora=fit_corpora)
+        fit_corpora=fit_corpora, **extra)
     logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
     return path
 

@@ -21,7 +21,9 @@ def load_backbone(settings: ModelSettings) -> tuple[Any, Any]:
     model_dir, name = resolve_model(settings.path)
     model = LightRetrieverModel.from_pretrained(
         model_dir, kind=settings.kind, pooling=settings.pooling, normalize=settings.normalize,
-        sparse_head=settings.sparse_head, name=name, query_norm=settings.query_norm)
+        sparse_head=settings.sparse_head, name=name, query_norm=settings.query_norm,
+        sparse_mode=settings.sparse_mode, medusa_heads=settings.medusa_heads,
+        soft_top_k_temperature=settings.soft_top_k_temperature)
     return model, Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 
 

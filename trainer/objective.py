@@ -8,6 +8,11 @@ Terms (each weighted by ``LossSettings``; weight 0 = off):
   regulariser on the documents (quadratic warm-up).
 - ``symmetric``: contrastive, full-model query encoding vs dense documents.
 - ``kl``: KL alignment of the LightRetriever dense scores to the symmetric ones (teacher).
+- ``s_matryoshka`` (BRIDGE-Embed): contrastive on Norm(SoftTopK(doc sparse, k, tau)) for
+  every configured k, plus its L1 term (Medusa sparse modes).
+- ``self_distill`` (BRIDGE-Embed): KL(original head || Medusa head 0) at the last position.
+- ``rrf`` (BRIDGE-Embed): the RRF-shaped hinge over the sparse and the dense in-batch
+  scores (sparse scores: the soft top-k at the largest k in Medusa modes, else counts . docs).
 
 Dense scores are cosine similarities when the model L2-normalises its dense vectors
 (ranking by cosine equals ranking by the served inner product, since the documents are
@@ -16,6 +21,7 @@ normalised and a query's scale does not change its ranking).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -25,6 +31,7 @@ import torch.distributed as dist
 from lr_opensearch.errors import ConfigError
 from trainer.config import LossSettings
 from trainer.losses import LossOutput, build_loss
+from trainer.losses.base import group_size, similarity
 
 
 @dataclass
@@ -37,6 +44,8 @@ class Representations:
         query_symmetric: [B, H] full-model query encodings, or None.
         doc_dense: [B*G, H].
         doc_sparse: [B*G, V].
+        doc_head_logits: [B*G, V] Medusa head 0's last-position logits (Medusa modes), or None.
+        doc_base_logits: [B*G, V] the original head's logits there, or None.
     """
 
     query_dense: torch.Tensor
@@ -44,6 +53,17 @@ class Representations:
     query_symmetric: torch.Tensor | None
     doc_dense: torch.Tensor
     doc_sparse: torch.Tensor
+    doc_head_logits: torch.Tensor | None = None
+    doc_base_logits: torch.Tensor | None = None
+
+
+def sparse_excluded(tokenizer: Any, vocab_size: int) -> list[int]:
+    """Ids no sparse document term may take, as ingest (``DocEncoder``) drops them: the
+    tokenizer's special tokens and the model's vocabulary beyond the tokenizer's."""
+    from lr_opensearch.model import special_token_ids
+
+    limit = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    return sorted({*special_token_ids(tokenizer), *range(limit, vocab_size)})
 
 
 def gather_across_ranks(local: torch.Tensor) -> torch.Tensor:
@@ -85,10 +105,15 @@ class Objective:
     Args:
         settings: the loss section of the training config.
         normalize: the model L2-normalises dense vectors (cosine scores).
+        excluded: token ids the sparse soft top-k never keeps (special tokens and padded
+            vocabulary: what ingest drops).
+        soft_top_k_temperature: tau of SoftTopK (the model's; the bundle records it).
     """
 
-    def __init__(self, settings: LossSettings, normalize: bool):
+    def __init__(self, settings: LossSettings, normalize: bool, *, excluded: Sequence[int] = (),
+                 soft_top_k_temperature: float = 0.05):
         self.settings = settings
+        self.normalize = normalize
         dims = settings.matryoshka_dims
 
         def dense_loss(name: str, **kwargs):
@@ -102,6 +127,14 @@ class Objective:
             max_coef=settings.flops_max, warmup_steps=settings.flops_warmup_steps)
         self.kl = dense_loss("kl_alignment", temperature=settings.kl_temperature or settings.temperature,
                              normalize=normalize)
+        self.s_matryoshka = build_loss(
+            "s_matryoshka", sizes=settings.s_matryoshka_sizes,
+            size_weights=settings.s_matryoshka_size_weights, tau=soft_top_k_temperature,
+            temperature=settings.s_matryoshka_temperature, l1=settings.s_matryoshka_l1,
+            excluded=excluded)
+        self.self_distill = build_loss("self_distill")
+        self.rrf = build_loss("rrf_hybrid", temperature=settings.rrf_temperature,
+                              rank_constant=settings.rrf_constant, margin=settings.rrf_margin)
 
     @property
     def needs_symmetric(self) -> bool:
@@ -132,6 +165,7 @@ class Objective:
         if s.kl_weight > 0 and reps.query_symmetric is not None:
             terms.append(("kl", s.kl_weight, self.kl(reps.query_dense, reps.doc_dense,
                                                      teacher=reps.query_symmetric, step=step)))
+        terms.extend(self._bridge_terms(reps, step))
         total = reps.doc_dense.new_zeros((), dtype=torch.float32)
         logs: dict[str, float] = {}
         for name, weight, out in terms:
@@ -140,3 +174,22 @@ class Objective:
             logs.update({f"{name}/{k}": v for k, v in out.logs.items()})
         logs["loss"] = float(total.detach())
         return total * scale if scale != 1 else total, logs
+
+    def _bridge_terms(self, reps: Representations, step: int) -> list[tuple[str, float, LossOutput]]:
+        """The BRIDGE-Embed terms with a weight > 0 (none by default)."""
+        s = self.settings
+        medusa = reps.doc_head_logits is not None
+        terms: list[tuple[str, float, LossOutput]] = []
+        if s.s_matryoshka_weight > 0:
+            terms.append(("s_matryoshka", s.s_matryoshka_weight,
+                          self.s_matryoshka(reps.query_counts, reps.doc_sparse, step=step)))
+        if s.self_distill_weight > 0 and medusa:
+            terms.append(("self_distill", s.self_distill_weight,
+                          self.self_distill(reps.doc_head_logits, reps.doc_base_logits, step=step)))
+        if s.rrf_weight > 0:
+            group = group_size(reps.query_dense, reps.doc_dense)
+            sparse = (self.s_matryoshka.scores(reps.query_counts, reps.doc_sparse) if medusa
+                      else similarity(reps.query_counts, reps.doc_sparse, normalize=False))
+            dense = similarity(reps.query_dense, reps.doc_dense, normalize=self.normalize)
+            terms.append(("rrf", s.rrf_weight, self.rrf(sparse, dense, group=group, step=step)))
+        return terms

@@ -46,7 +46,7 @@ from trainer.config import (
 )
 from trainer.data import BatchSampler, Source, micro_batch_index, read_records
 from trainer.modeling import build_model
-from trainer.objective import Objective, Representations
+from trainer.objective import Objective, Representations, sparse_excluded
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,8 @@ class TrainForward(nn.Module):
             self.model.train(was_training)
         return Representations(query_dense=self.query_dense(batch), query_counts=batch.counts,
                                query_symmetric=symmetric, doc_dense=docs.dense,
-                               doc_sparse=docs.sparse)
+                               doc_sparse=docs.sparse, doc_head_logits=docs.head_logits,
+                               doc_base_logits=docs.base_logits)
 
 
 @dataclass
@@ -143,7 +144,9 @@ class Trainer:
         self.model: Any
         self.model, self.tokenizer = build_model(config)
         self.model.train()
-        self.objective = Objective(config.loss, normalize=bool(self.model.normalize))
+        self.objective = Objective(config.loss, normalize=bool(self.model.normalize),
+                                   excluded=sparse_excluded(self.tokenizer, self.model.vocab_size),
+                                   soft_top_k_temperature=config.model.soft_top_k_temperature)
         self.micro = micro_batch_size(config, self.world)
         self.collator = Collator(self.tokenizer, self.model.framing, self.model.vocab_size,
                                  config.data.max_length, config.data.query_max_tokens)

@@ -177,7 +177,8 @@ def build_bundle_from_model(
         architecture=model.architecture, kind=model.kind, pooling=model.pooling,
         normalize=model.normalize, query_norm=model.query_norm, dense_dim=model.hidden_size,
         served_dim=served_dim or model.hidden_size, max_length=max_length,
-        sparse_head=model.head.kind, instructions=instructions, **config_fields)
+        sparse_head=model.head.kind, instructions=instructions, **medusa_fields(model),
+        **config_fields)
     tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress)
     weights, fit = None, None
     if fit_corpora:
@@ -191,6 +192,14 @@ def build_bundle_from_model(
         return save_bundle(out_dir, config, tokenizer=tokenizer, tables=tables,
                            doc_encoder_dir=doc_dir, overwrite=overwrite,
                            sparse_weights=weights, fit=fit)
+
+
+def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
+    """The BundleConfig fields of a Medusa sparse mode (none for LightRetriever's "max")."""
+    if model.medusa is None:
+        return {}
+    return {"sparse_mode": model.sparse_mode, "medusa_heads": model.medusa.heads,
+            "soft_top_k_temperature": model.soft_top_k_temperature}
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],

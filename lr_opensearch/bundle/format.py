@@ -69,6 +69,7 @@ from lr_opensearch.options import (
     QUERY_NORMS,
     SEMANTICS,
     SPARSE_HEADS,
+    SPARSE_MODES,
     choice,
     validate_weights,
 )
@@ -117,6 +118,14 @@ class BundleConfig:
     #: written before this field); "mean" = raw token vectors whose mean is the query (its
     #: L2 norm would not change a ranking), as the reference. The query side only averages.
     query_norm: str = "rows"
+    #: where the doc encoder's sparse vector comes from (``options.SPARSE_MODES``): "max"
+    #: (LightRetriever; every bundle written before the field) or a BRIDGE-Embed Medusa
+    #: mode, whose heads are ``doc_encoder/medusa.safetensors`` and whose stored weights are
+    #: Norm(SoftTopK(h, sparse_top_k, soft_top_k_temperature)). The three fields are left out
+    #: of the manifest in "max" mode, so "max" bundles keep their ids.
+    sparse_mode: str = "max"
+    medusa_heads: int = 0
+    soft_top_k_temperature: float = 0.05
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
@@ -126,6 +135,11 @@ class BundleConfig:
         _choice("fusion_semantics", self.fusion_semantics, SEMANTICS)
         _choice("query_norm", self.query_norm, QUERY_NORMS)
         _choice("key_encoding", self.key_encoding, (KEY_ENCODING,))
+        _choice("sparse_mode", self.sparse_mode, SPARSE_MODES)
+        if self.sparse_mode != "max" and (self.medusa_heads < 1 or not self.soft_top_k_temperature > 0):
+            raise BundleError(f"BundleConfig: sparse_mode {self.sparse_mode!r} needs medusa_heads >= 1 "
+                              f"and soft_top_k_temperature > 0, got {self.medusa_heads} and "
+                              f"{self.soft_top_k_temperature}")
         if not 0 < self.served_dim <= self.dense_dim:
             raise BundleError(
                 f"BundleConfig: served_dim={self.served_dim} must be in 1..dense_dim={self.dense_dim}"
@@ -155,6 +169,9 @@ class BundleConfig:
         """A JSON-ready dict (instructions as a plain dict)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["instructions"] = dict(self.instructions)
+        if self.sparse_mode == "max":  # as written before the Medusa modes: the same ids
+            for name in ("sparse_mode", "medusa_heads", "soft_top_k_temperature"):
+                del out[name]
         return out
 
     @classmethod

@@ -4,6 +4,8 @@
             [--runs bm25,full-dense,lr-dense,lr-sparse,lr-hybrid,lr-hybrid-linear]
             [--out results/eval/scifact] [--json] [--compare]
     lr eval --compare results/eval          # table of every report found there
+    lr eval --dataset D --bundle B --runs bm25,bm25+rerank,lr-hybrid,lr-hybrid+rerank,xtr,\
+            xtr+rerank --reranker ur2n --ur2n-bundle U [--token-index T]   # UR²N
 
 Indexes the corpus through the ingest library (an existing index is reused when its
 bundle matches and it holds the whole corpus), runs the judged queries in batches and
@@ -58,6 +60,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             split=args.split,
             url=args.url,
             instruction=args.instruction,
+            reranker=args.reranker,
+            ur2n_bundle=args.ur2n_bundle,
+            token_index=args.token_index,
+            rerank_depth=args.rerank_depth,
+            max_queries=args.max_queries,
         )
         report = evaluate(ds, bundle, client, index=args.index, config=config)
         reports.append(report)
@@ -93,13 +100,28 @@ def register(subparsers: Any) -> None:
         "--runs",
         default=None,
         help="comma list of runs (default all: bm25,full-dense,lr-dense,lr-sparse,"
-        "lr-hybrid,lr-hybrid-linear)",
+        "lr-hybrid,lr-hybrid-linear; by name only: lr-hybrid+rerank, bm25+rerank, xtr, "
+        "xtr+rerank)",
     )
     p.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
     p.add_argument("--instruction", default=None, metavar="NAME",
                    help="the bundle's instruction (table) for every dataset (default: the table "
                         "named after the dataset if the bundle has one, else its default)")
     p.add_argument("--depth", type=int, default=100, help="hits per query (default 100)")
+    p.add_argument("--reranker", choices=("full", "ur2n"), default="full",
+                   help="the reranker of the bm25+rerank and lr-hybrid+rerank runs: full (the "
+                   "bundle's full model, default) or ur2n (the --ur2n-bundle's true/false "
+                   "reranker); xtr+rerank always uses ur2n")
+    p.add_argument("--max-queries", type=int, default=None, metavar="N",
+                   help="evaluate the first N judged queries only (file order; for runs too "
+                   "slow for the whole set on a CPU)")
+    p.add_argument("--rerank-depth", type=int, default=20,
+                   help="hits a +rerank run rescores per query (default 20)")
+    p.add_argument("--ur2n-bundle", default=None, metavar="DIR",
+                   help="UR²N bundle for the xtr runs and --reranker ur2n")
+    p.add_argument("--token-index", default=None,
+                   help="UR²N token index of the xtr runs (default lr-tokens-<dataset>-<UR²N "
+                   "bundle id>; write it with python -m ingest.tokens)")
     p.add_argument("--batch-size", type=int, default=32, help="queries per _msearch (default 32)")
     p.add_argument("--out", default=None, help="report directory (default results/eval/<dataset>)")
     p.add_argument("--no-sweep", action="store_true", help="skip the dense-weight sweep")

@@ -154,11 +154,17 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from lr_opensearch.search import Retriever
 
     bundle = load_bundle(args.bundle)
-    reranker = None
+    reranker: Any = None
     if args.rerank == "full":
         from lr_opensearch.model.rerank import FullModelReranker
 
         reranker = FullModelReranker(bundle, args.instruction)
+    elif args.rerank == "ur2n":
+        if not args.ur2n_bundle:
+            raise ConfigError("--rerank ur2n needs --ur2n-bundle DIR (a UR²N bundle)")
+        from lr_opensearch.model.ur2n import UR2NReranker
+
+        reranker = UR2NReranker(args.ur2n_bundle)
     retriever = Retriever(
         bundle,
         client_from_args(args),
@@ -172,6 +178,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         rerank=reranker,
         rerank_depth=args.rerank_depth,
         rerank_budget_s=args.rerank_budget,
+        sparse_min_idf=args.sparse_min_idf,
     )
     if args.dsl:
         plans = retriever.dsl(args.query, args.k, mode=args.mode, filter=_filter(args.filter),
@@ -244,14 +251,20 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--candidates", type=int, default=100, help="hits per sub-query (default 100)")
     p.add_argument("--ef-search", type=int, default=None, help="HNSW ef_search for the knn query")
+    p.add_argument("--sparse-min-idf", type=float, default=0.0, metavar="X",
+                   help="leave query tokens with IDF below X out of the sparse leg (default 0: "
+                        "keep all; needs a fitted bundle's IDF weights)")
     p.add_argument("--timeout", default=None, help="engine timeout per search, e.g. 2s")
     p.add_argument(
         "--explain", action="store_true", help="show raw/normalised scores and top tokens"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--rerank", choices=("full",), default=None,
+    p.add_argument("--rerank", choices=("full", "ur2n"), default=None,
                    help="a second stage: 'full' rescores the top hits with the bundle's full "
-                   "model (needs torch and the bundle's document encoder)")
+                   "model (needs torch and the bundle's document encoder); 'ur2n' with the "
+                   "--ur2n-bundle's true/false reranker")
+    p.add_argument("--ur2n-bundle", default=None, metavar="DIR",
+                   help="UR²N bundle of --rerank ur2n")
     p.add_argument("--rerank-depth", type=int, default=20, help="hits reranked (default 20)")
     p.add_argument("--rerank-budget", type=float, default=None,
                    help="seconds of reranking per search at most (default: no limit)")

@@ -27,9 +27,11 @@ logger = logging.getLogger(__name__)
 # lr-hybrid: the bundle's default legs and weights; the named hybrids fix their legs with
 # weights chosen on SciFact train queries (lr_opensearch.evaluation.runs.NAMED_HYBRIDS).
 RUN_NAMES = ("bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
-             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25", "lr-hybrid+rerank")
-# lr-hybrid+rerank runs the full model on the top hits of every query: asked for by name
-DEFAULT_RUNS = tuple(n for n in RUN_NAMES if n != "lr-hybrid+rerank")
+             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25", "lr-hybrid+rerank",
+             "bm25+rerank", "xtr", "xtr+rerank")
+# The +rerank runs run a model on the top hits of every query, the xtr runs need a UR²N
+# bundle and its token index (lr_opensearch.evaluation.stages): asked for by name
+DEFAULT_RUNS = tuple(n for n in RUN_NAMES if not (n.endswith("+rerank") or n.startswith("xtr")))
 METRIC_KEYS = {  # report key -> ir-measures measure name
     "ndcg@10": "nDCG@10",
     "recall@20": "R@20",
@@ -112,6 +114,15 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
                 ) from exc
             qrels.setdefault(parts[0], {})[parts[1]] = rel
     return qrels
+
+
+def indexable_docs(dataset: Dataset) -> int:
+    """How many corpus records ingest keeps (the reader's valid records: a record with
+    neither title nor text, a duplicate id, a malformed line are skipped); an index holding
+    this many documents holds the whole corpus."""
+    from lr_opensearch.indexing.reader import CorpusReader, Record
+
+    return sum(isinstance(item, Record) for item in CorpusReader(str(dataset.corpus_path)))
 
 
 def load_beir(path: str | Path, split: str = "test") -> Dataset:

@@ -13,13 +13,22 @@ Runs (names as in the JSON report):
 * ``lr-dense+sparse``, ``lr-dense+bm25``, ``lr-dense+sparse+bm25``: fixed legs with the
   weights of :data:`NAMED_HYBRIDS` (chosen on SciFact train queries).
 
+* ``bm25+rerank``, ``lr-hybrid+rerank``: that first stage's top ``rerank_depth`` (20)
+  rescored by the reranker ``EvalConfig.reranker`` names: ``full`` (the bundle's full model)
+  or ``ur2n`` (the UR²N bundle's true/false reranker).
+* ``xtr``, ``xtr+rerank``: XTR retrieval over the UR²N token index (query token vectors from
+  the UR²N model, :class:`~lr_opensearch.search.xtr.XTRRetriever`), then the same model's
+  reranker (always ``ur2n``: retrieve then rerank with one model).
+
 QPS = queries / wall seconds of the whole run (encoding + ``_msearch`` + fusion) in
-batches. The weight sweep re-fuses the ``lr-dense`` and ``lr-sparse`` lists client side for
+batches. Runs with a model at query time also report ``ms_per_query`` per stage
+(``encode``: the UR²N query forward; ``rerank``; ``first_stage``: the rest). The weight sweep re-fuses the ``lr-dense`` and ``lr-sparse`` lists client side for
 dense weights 0..1; it is for display only and never changes the defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -30,14 +39,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import (
     Dataset,
     Run,
     compute_metrics,
+    indexable_docs,
     load_beir,
     parse_runs,
     write_trec,
 )
+from lr_opensearch.evaluation.stages import StageClock, model_searches
+from lr_opensearch.evaluation.stages import hits_of as _hits
 from lr_opensearch.options import DEFAULT_WEIGHTS, LEGS
 from lr_opensearch.progress import progress_bar
 from lr_opensearch.search.explain import score_from_inner_product
@@ -82,9 +95,22 @@ class EvalConfig:
     url: str | None = None
     instruction: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    reranker: str = "full"  # the +rerank runs' reranker: full (LR bundle) or ur2n
+    ur2n_bundle: str | None = None  # xtr runs and reranker ur2n
+    token_index: str | None = None  # xtr runs; None: lr-tokens-<dataset>-<UR²N bundle id>
+    rerank_depth: int = 20  # hits a +rerank run rescores per query
+    max_queries: int | None = None  # the first N judged queries only (file order): CPU budgets
 
 
-RERANK_DEPTH = 20  # hits the lr-hybrid+rerank run rescores per query
+def first_queries(dataset: Dataset, n: int | None) -> Dataset:
+    """The dataset with its first ``n`` judged queries (file order) and their qrels only."""
+    if n is None or n >= len(dataset.queries):
+        return dataset
+    if n < 1:
+        raise ConfigError(f"max_queries must be >= 1, got {n}")
+    keep = list(dataset.queries)[:n]
+    return dataclasses.replace(dataset, queries={q: dataset.queries[q] for q in keep},
+                               qrels={q: dataset.qrels[q] for q in keep if q in dataset.qrels})
 
 
 def default_index_name(dataset: Dataset, bundle: Bundle) -> str:
@@ -104,7 +130,7 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
         adapter.check_bundle(index, bundle)
         adapter.refresh(index)
         count = adapter.count(index)
-        if count == dataset.n_docs:
+        if count == dataset.n_docs or count == indexable_docs(dataset):  # skipped: not missing
             logger.info("reusing index %s (%d docs, bundle %s)", index, count, bundle.bundle_id)
             return "reused"
         logger.info("index %s has %d of %d docs: ingesting (resumes)", index, count, dataset.n_docs)
@@ -145,16 +171,13 @@ def timed_run(
     return run, time.perf_counter() - started
 
 
-def _hits(result: list[Any]) -> list[list[tuple[str, float]]]:
-    return [[(h.doc_id, h.score) for h in hits] for hits in result]
-
-
 def run_searches(
     client: Any, bundle: Bundle, index: str, dataset: Dataset, config: EvalConfig,
-    instruction: str | None = None,
+    instruction: str | None = None, clocks: dict[str, StageClock] | None = None,
 ) -> dict[str, tuple[Run, float]]:
     """Every requested run: name -> (run, seconds); LR and full-dense queries use the
-    ``instruction`` table (None: the bundle's default)."""
+    ``instruction`` table (None: the bundle's default). ``clocks`` (when given) gets a
+    :class:`StageClock` per run with a model at query time."""
     from lr_opensearch.search import Retriever
 
     k = config.depth
@@ -179,13 +202,8 @@ def run_searches(
     searches["bm25"] = bm25
     if "full-dense" in config.runs:
         searches["full-dense"] = _full_dense(retriever, bundle, k, instruction)
-    if "lr-hybrid+rerank" in config.runs:  # the full model rescoring LR hybrid's top hits
-        from lr_opensearch.model.rerank import FullModelReranker
-
-        reranked = Retriever(bundle, client, index, candidates=k, instruction=instruction,
-                             rerank=FullModelReranker(bundle, instruction),
-                             rerank_depth=RERANK_DEPTH, check_bundle=False)
-        searches["lr-hybrid+rerank"] = lambda t: _hits(reranked.search_batch(t, k))
+    clocks = clocks if clocks is not None else {}
+    searches.update(model_searches(client, bundle, index, dataset, config, instruction, clocks))
     out = {}
     for name in config.runs:
         out[name] = timed_run(name, dataset, config.batch_size, searches[name])
@@ -286,7 +304,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Index (or reuse), run, score and report one dataset; see the module docstring."""
     config = config or EvalConfig()
-    dataset = load_beir(dataset_dir, config.split)
+    dataset = first_queries(load_beir(dataset_dir, config.split), config.max_queries)
     index = index or default_index_name(dataset, bundle)
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
     from lr_opensearch.instructions import dataset_instruction
@@ -295,7 +313,9 @@ def evaluate(
     table, how = dataset_instruction(bundle.instructions, dataset.name, config.instruction)
     name = bundle.resolve_instruction(table)
     logger.info("%s: instruction %r (%s)", dataset.name, name, how)
-    results = run_searches(client, bundle, index, dataset, config, instruction=name)
+    clocks: dict[str, StageClock] = {}
+    results = run_searches(client, bundle, index, dataset, config, instruction=name,
+                           clocks=clocks)
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "queries": len(dataset.queries),
@@ -310,9 +330,13 @@ def evaluate(
         "legs": list(LEGS),
         "semantics": bundle.config.fusion_semantics,
         "depth": config.depth,
+        "max_queries": config.max_queries,
         "instruction": {"name": name, "prompt": bundle.instructions[name], "chosen_by": how},
         "runs": {},
     }
+    if clocks:  # runs with a model at query time
+        report["rerank"] = {"reranker": config.reranker, "depth": config.rerank_depth,
+                            "ur2n_bundle": config.ur2n_bundle}
     for name, (run, seconds) in results.items():
         metrics = compute_metrics(dataset.qrels, run)
         report["runs"][name] = {
@@ -320,6 +344,9 @@ def evaluate(
             "qps": len(dataset.queries) / seconds,
             "seconds": seconds,
         }
+        if name in clocks:
+            report["runs"][name]["ms_per_query"] = clocks[name].per_query_ms(
+                seconds, len(dataset.queries))
         if config.out_dir is not None:
             write_trec(config.out_dir / "runs" / f"{name}.trec", run, name)
     if config.sweep and {"lr-dense", "lr-sparse"} <= set(results):

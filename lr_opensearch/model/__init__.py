@@ -7,6 +7,7 @@ Importing this package imports torch; the query side never does.
 - ``DocEncoder``: texts -> index vectors, from a bundle (used by ingest).
 - ``projection_max``: the fused vocabulary projection + max over positions.
 - ``Framing`` / ``tokenize_texts`` / ``instruction_ids``: the one way sequences are framed.
+- ``UR2NModel`` / ``UR2NReranker``: UR²N (XTR token embeddings + true/false reranking).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lr_opensearch.model.retriever import (
     LightRetrieverModel,
     MeanRetriever,
 )
+from lr_opensearch.model.ur2n import UR2NModel, UR2NReranker, XTRHead
 
 __all__ = [
     "ClsRetriever",
@@ -39,4 +41,7 @@ __all__ = [
     "sparse_activation",
     "special_token_ids",
     "tokenize_texts",
+    "UR2NModel",
+    "UR2NReranker",
+    "XTRHead",
 ]

@@ -3,7 +3,9 @@
 It loads the bundle's doc encoder, tokenizes with the bundle's tokenizer exactly as training
 did (``framing.tokenize_texts``), batches documents of similar length, runs THE document
 forward (``LightRetrieverModel.encode_documents``) under ``torch.inference_mode`` and applies
-the bundle's sparse settings (top-k, min weight, special tokens dropped).
+the bundle's sparse settings (top-k, min weight, special tokens dropped). In a Medusa sparse
+mode the kept weights are ``medusa.soft_top_k`` at the bundle's k: the vector the
+S-Matryoshka loss trained.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from lr_opensearch.errors import IngestError
 from lr_opensearch.model.framing import special_token_ids, tokenize_texts
+from lr_opensearch.model.medusa import MEDUSA_FILE, soft_top_k
 from lr_opensearch.model.retriever import LightRetrieverModel
 
 if TYPE_CHECKING:
@@ -80,10 +83,16 @@ class DocEncoder:
                     batch_size: int = 32, dtype: torch.dtype = torch.float32) -> DocEncoder:
         """Load the doc encoder of a bundle (``lr_opensearch.bundle.load_bundle``)."""
         cfg = bundle.config
+        if cfg.sparse_mode != "max" and not (bundle.doc_encoder_dir / MEDUSA_FILE).is_file():
+            raise IngestError(f"bundle {bundle.path}: sparse_mode {cfg.sparse_mode!r} needs "
+                              f"doc_encoder/{MEDUSA_FILE} (the Medusa heads), which is missing; "
+                              "re-export the bundle from the trained checkpoint")
         model = LightRetrieverModel.from_pretrained(
             bundle.doc_encoder_dir, kind=cfg.kind, pooling=cfg.pooling,
             normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype,
-            tokenizer=bundle.tokenizer)
+            tokenizer=bundle.tokenizer, sparse_mode=cfg.sparse_mode,
+            medusa_heads=cfg.medusa_heads or 1,
+            soft_top_k_temperature=cfg.soft_top_k_temperature)
         return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
                    top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
                    batch_size=batch_size, device=device)
@@ -137,13 +146,21 @@ class DocEncoder:
                 vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
                 return self._serve(vecs), [{} for _ in rows]
             out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
-            weights = out.sparse[:, : self.vocab_limit].float()
+            return self._serve(out.dense), self.select_terms(out.sparse)
+
+    def select_terms(self, sparse: torch.Tensor) -> list[dict[int, float]]:
+        """The stored terms of documents from the forward's sparse vectors [B, V]: special
+        and padded-vocabulary ids dropped, the top_k kept (Medusa modes: their
+        ``soft_top_k`` weights at top_k), weights above min_weight."""
+        weights = sparse[:, : self.vocab_limit].float()
+        if self.model.medusa is not None:
+            values, indices = soft_top_k(weights, self.top_k, self.model.soft_top_k_temperature,
+                                         self.excluded.to(weights.device))
+        else:
             if len(self.excluded):
                 weights[:, self.excluded.to(weights.device)] = 0.0
-            k = min(self.top_k, weights.shape[1])
-            values, indices = torch.topk(weights, k, dim=1)
-            dense = self._serve(out.dense)
-        return dense, [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
+            values, indices = torch.topk(weights, min(self.top_k, weights.shape[1]), dim=1)
+        return [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
 
 
 def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:

@@ -51,6 +51,8 @@ def _auto_class(architecture: str) -> Any:
         return transformers.AutoModelForCausalLM
     if architecture.endswith("ForMaskedLM"):
         return transformers.AutoModelForMaskedLM
+    if architecture.endswith("ForConditionalGeneration"):  # T5 / monoT5 (the UR²N reranker)
+        return transformers.AutoModelForSeq2SeqLM
     return transformers.AutoModel
 
 

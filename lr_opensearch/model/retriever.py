@@ -33,8 +33,9 @@ from lr_opensearch.model.loading import (
     load_hf,
     sentence_transformers_settings,
 )
+from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
-from lr_opensearch.options import POOLINGS, QUERY_NORMS, choice
+from lr_opensearch.options import POOLINGS, QUERY_NORMS, SPARSE_MODES, choice
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,16 @@ class DocOutput:
 
     Attributes:
         dense: [B, H] pooled (optionally L2-normalised) vectors.
-        sparse: [B, V] non-negative vocabulary weights, log(1 + relu(max_t logits)).
+        sparse: [B, V] non-negative vocabulary weights, log(1 + relu(max_t logits)) (the
+            "max" sparse mode), or the Medusa aggregation (``medusa.aggregate``).
+        head_logits: Medusa modes only: [B, V] head 0's last-position logits.
+        base_logits: Medusa modes only: [B, V] the original head's logits there.
     """
 
     dense: torch.Tensor
     sparse: torch.Tensor
+    head_logits: torch.Tensor | None = None
+    base_logits: torch.Tensor | None = None
 
 
 class LightRetrieverModel(nn.Module):
@@ -69,6 +75,10 @@ class LightRetrieverModel(nn.Module):
             token weight). See ``options.QUERY_NORMS``.
         architecture: the HF architecture name (recorded in bundles).
         name: the backbone's name (recorded in bundles).
+        sparse_mode: "max" (LightRetriever) | "medusa_last" | "medusa_max" (BRIDGE-Embed's
+            Medusa heads, see ``medusa``); ``options.SPARSE_MODES``.
+        medusa_heads: N heads of the Medusa modes.
+        soft_top_k_temperature: tau of the served ``Norm(SoftTopK(., k, tau))`` (Medusa modes).
     """
 
     pooling: ClassVar[str] = ""
@@ -76,7 +86,9 @@ class LightRetrieverModel(nn.Module):
 
     def __init__(self, hf: nn.Module, *, kind: str, framing: Framing,
                  sparse_head: str | None = None, normalize: bool = False,
-                 query_norm: str = "rows", architecture: str = "", name: str = "") -> None:
+                 query_norm: str = "rows", architecture: str = "", name: str = "",
+                 sparse_mode: str = "max", medusa_heads: int = 3,
+                 soft_top_k_temperature: float = 0.05) -> None:
         super().__init__()
         if kind not in ("encoder", "decoder"):
             raise ConfigError(f"unknown backbone kind {kind!r}; valid: 'encoder', 'decoder'")
@@ -88,6 +100,14 @@ class LightRetrieverModel(nn.Module):
         self.head = SparseHead.detect(hf, sparse_head)
         self.architecture = architecture or type(unwrap(hf)).__name__
         self.name = name
+        self.sparse_mode = choice("sparse_mode", sparse_mode, SPARSE_MODES)
+        self.soft_top_k_temperature = float(soft_top_k_temperature)
+        self.medusa: MedusaHeads | None = None
+        if sparse_mode != "max":
+            if not framing.suffix:
+                raise ConfigError(f"sparse_mode {sparse_mode!r} reads p_eos at the framing's end "
+                                  "token, but this model's framing adds none; use sparse_mode 'max'")
+            self.medusa = MedusaHeads(*self.head.projection(hf), heads=medusa_heads)
 
     # ---- construction -------------------------------------------------------------------
     @staticmethod
@@ -102,10 +122,13 @@ class LightRetrieverModel(nn.Module):
                         pooling: str | None = None, normalize: bool | None = False,
                         sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
                         name: str | None = None, tokenizer: Any = None,
-                        query_norm: str = "rows") -> LightRetrieverModel:
+                        query_norm: str = "rows", **sparse: Any) -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
 
         ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
+        ``sparse`` holds ``sparse_mode`` / ``medusa_heads`` / ``soft_top_k_temperature``;
+        in a Medusa mode the heads are read from ``medusa.safetensors`` in the directory
+        when it has one (a bundle's doc encoder), else start from the projection (training).
 
         ``kind`` is detected from config.json; ``pooling`` defaults to the directory's
         sentence-transformers setting, else "last" for decoders and "cls" for encoders.
@@ -128,16 +151,19 @@ class LightRetrieverModel(nn.Module):
         if normalize is None:
             normalize = bool(st.get("normalize", False))
         name = name or getattr(hf.config, "_name_or_path", "") or model_dir.name
-        return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
-                          sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
-                          architecture=architecture, name=str(name))
+        model = cls.create(hf, pooling=pooling, kind=kind, framing=framing,
+                           sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
+                           architecture=architecture, name=str(name), **sparse)
+        if model.medusa is not None and (model_dir / MEDUSA_FILE).is_file():
+            model.medusa.load(model_dir / MEDUSA_FILE)
+        return model
 
     @classmethod
     def from_config(cls, config: Any, *, architecture: str | None = None,
                     kind: str | None = None, pooling: str | None = None,
                     normalize: bool = False, sparse_head: str | None = None,
                     framing: Framing | None = None, tokenizer: Any = None,
-                    query_norm: str = "rows") -> LightRetrieverModel:
+                    query_norm: str = "rows", **sparse: Any) -> LightRetrieverModel:
         """A randomly initialised model from an HF config (tests, tiny demos).
 
         ``framing`` defaults to the tokenizer's (if given), else no special tokens for
@@ -153,7 +179,8 @@ class LightRetrieverModel(nn.Module):
         pooling = pooling or ("last" if kind == "decoder" else "cls")
         return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
                           sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
-                          architecture=architecture, name=str(getattr(config, "model_type", "")))
+                          architecture=architecture, name=str(getattr(config, "model_type", "")),
+                          **sparse)
 
     # ---- properties ---------------------------------------------------------------------
     @property
@@ -209,10 +236,17 @@ class LightRetrieverModel(nn.Module):
             input_ids: [B, T] framed token ids (see ``framing.tokenize_texts``), any padding side.
             attention_mask: [B, T], 1 = real token.
         Returns:
-            DocOutput(dense [B, H], sparse [B, V]); differentiable.
+            DocOutput(dense [B, H], sparse [B, V]); differentiable. The sparse vector is the
+            ``sparse_mode``'s (Medusa modes add the self-distillation logits).
         """
         hidden, mask, dense = self._dense_forward(input_ids, attention_mask)
         weight, bias = self.head.projection(self.hf)
+        if self.medusa is not None:
+            out = aggregate(self.medusa, self.head.transform(self.hf, hidden), mask,
+                            self.content_mask(mask), (weight, bias), self.framing.suffix[-1],
+                            self.sparse_mode)
+            return DocOutput(dense=dense, sparse=out.sparse, head_logits=out.head_logits,
+                             base_logits=out.base_logits)
         maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask),
                                 weight, bias)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
@@ -332,7 +366,8 @@ class LightRetrieverModel(nn.Module):
         return table
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
-        """Save the HF model (safetensors) to ``out_dir``; peft adapters are merged first."""
+        """Save the HF model (safetensors) to ``out_dir``; peft adapters are merged first.
+        Medusa heads go beside it as ``medusa.safetensors``."""
         hf = self.hf
         if callable(getattr(hf, "merge_and_unload", None)):
             logger.info("merging LoRA adapters into the backbone before saving")
@@ -340,6 +375,8 @@ class LightRetrieverModel(nn.Module):
             self.hf = hf
         out = Path(out_dir)
         hf.save_pretrained(out)
+        if self.medusa is not None:
+            self.medusa.save(out / MEDUSA_FILE)
         return out
 
 

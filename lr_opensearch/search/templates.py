@@ -129,6 +129,31 @@ def render_es_index_body(*, dense_dim: int, bundle_id: str, key_encoding: str = 
         "library_version": library_version})
 
 
+def render_token_index_body(*, token_dim: int, bundle_id: str, engine: str = "lucene",
+                            m: int = 16, ef_construction: int = 128, shards: int = 1,
+                            replicas: int = 0,
+                            library_version: str = __version__) -> dict[str, Any]:
+    """The OpenSearch create-index body of a UR²N token index (one document per token, one
+    per corpus record; docs/ARCHITECTURE.md "The token index").
+
+    Args:
+        token_dim: the UR²N bundle's token-embedding dimension (``lr_token`` dimension).
+        bundle_id: the UR²N bundle's id, recorded in ``_meta.lightretriever``.
+        engine, m, ef_construction, shards, replicas, library_version: as
+            :func:`render_index_body`.
+    """
+    if engine not in KNN_ENGINES:
+        raise ConfigError(f"engine={engine!r}; valid engines: {', '.join(KNN_ENGINES)}")
+    if replicas < 0:
+        raise ConfigError(f"replicas={replicas} must be >= 0")
+    return render_template("opensearch/token_index.json", {
+        "token_dim": _positive("token_dim", token_dim), "bundle_id": str(bundle_id),
+        "engine": engine, "m": _positive("m", m),
+        "ef_construction": _positive("ef_construction", ef_construction),
+        "shards": _positive("shards", shards), "replicas": int(replicas),
+        "library_version": library_version})
+
+
 def render_hybrid_pipeline(*weights: float, technique: str = "min_max",
                            combination: str = "arithmetic_mean",
                            rank_constant: int = 60) -> dict[str, Any]:

@@ -15,12 +15,22 @@ from trainer.losses.contrastive import ContrastiveLoss
 from trainer.losses.flops import FlopsLoss, flops, quadratic_warmup
 from trainer.losses.kl_alignment import KLAlignmentLoss
 from trainer.losses.matryoshka import MatryoshkaLoss
+from trainer.losses.rrf_hybrid import RRFHybridLoss, soft_rank
+from trainer.losses.s_matryoshka import SMatryoshkaLoss
+from trainer.losses.self_distill import SelfDistillLoss
+from trainer.losses.xtr import XTRLoss
 
 LOSSES: dict[str, type] = {
     "contrastive": ContrastiveLoss,
     "flops": FlopsLoss,
     "matryoshka": MatryoshkaLoss,
     "kl_alignment": KLAlignmentLoss,
+    # BRIDGE-Embed (issue 19); rrf_hybrid and self_distill take score / logit matrices
+    "s_matryoshka": SMatryoshkaLoss,
+    "rrf_hybrid": RRFHybridLoss,
+    "self_distill": SelfDistillLoss,
+    # UR²N (issue 18): token embeddings [B, Tq, D] / [B*G, Td, D] with their masks
+    "xtr": XTRLoss,
 }
 
 
@@ -42,4 +52,6 @@ def build_loss(name: str, **kwargs: Any):
 __all__ = [
     "LOSSES", "ContrastiveLoss", "FlopsLoss", "KLAlignmentLoss", "LossOutput",
     "MatryoshkaLoss", "build_loss", "flops", "quadratic_warmup",
+    "RRFHybridLoss", "SMatryoshkaLoss", "SelfDistillLoss", "soft_rank",
+    "XTRLoss",
 ]
