@@ -185,3 +185,40 @@ def test_export_records_the_heads_and_the_doc_encoder_stores_the_trained_top_k(t
         assert list(g) == list(w) and len(g) == 12
         assert [pytest.approx(v, rel=1e-4, abs=1e-7) for v in w.values()] == list(g.values())
         assert sum(v * v for v in g.values()) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_two_stages_dense_first_then_medusa_from_the_exported_doc_encoder(tmp_path):
+    """The paper's schedule: stage 1 trains the dense side only (sparse weights 0) and is
+    exported; stage 2 starts from that bundle's merged doc encoder (``model.path``) with the
+    Medusa heads and its own LoRA. Stage 2 starts from exactly the stage-1 weights."""
+    from trainer.export import export_model
+    from trainer.train import Trainer
+
+    records = write_tiny_records(tmp_path / "tiny.jsonl")
+    common = {"model.pooling": "last", "model.normalize": False, "loss.kl_weight": 0,
+              "loss.temperature": 1.0}
+    stage1 = load_config(TINY_CONFIG, tiny_overrides(
+        tiny_llama_dir(tmp_path), records, tmp_path / "run1",
+        **{**common, "run.steps": 2, "loss.sparse_weight": 0}))
+    first = Trainer(stage1)
+    first.run()
+    bundle1 = load_bundle(export_model(first.model, first.tokenizer, stage1, tmp_path / "b1",
+                                       progress=False))
+    stage2 = load_config(TINY_CONFIG, tiny_overrides(
+        bundle1.doc_encoder_dir, records, tmp_path / "run2",
+        **{**common, "run.steps": 1, "lora.r": 8, "lora.alpha": 4, "loss.sparse_weight": 0,
+           "model.sparse_mode": "medusa_last", "model.medusa_heads": 2,
+           "loss.s_matryoshka_weight": 1, "loss.s_matryoshka_sizes": "[4, 8]",
+           "export.sparse_top_k": 8}))
+    second = Trainer(stage2)
+    texts = DOCS
+    ids, mask = _batch(second.model, second.tokenizer, texts)
+    with torch.no_grad():
+        start = second.model.eval().encode_documents(ids, mask).dense
+    shipped = DocEncoder.from_bundle(bundle1, device="cpu").encode_dense(texts)
+    torch.testing.assert_close(start, torch.as_tensor(shipped), rtol=1e-4, atol=1e-5)
+    result = second.run()
+    assert "s_matryoshka" in result.last_logs
+    bundle2 = load_bundle(export_model(second.model, second.tokenizer, stage2, tmp_path / "b2",
+                                       progress=False))
+    assert (bundle2.config.sparse_mode, bundle2.config.sparse_top_k) == ("medusa_last", 8)
