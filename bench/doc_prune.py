@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from hybrid_cost import batches, time_shape  # noqa: E402
+from hybrid_cost import add_common_args, batches, ndcg_at_10, time_shape  # noqa: E402
 
 
 def copy_pruned(client: Any, index: str, k: int) -> str:
@@ -64,20 +64,13 @@ def copy_pruned(client: Any, index: str, k: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.evaluation import compute_metrics, load_beir
+    from lr_opensearch.evaluation import load_beir
     from lr_opensearch.search import Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
-    p.add_argument("--bundle", type=Path, required=True)
-    p.add_argument("--index", required=True)
-    p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
-    p.add_argument("--split", default="train")
+    add_common_args(p)
     p.add_argument("--top-k", default="64,128")
     p.add_argument("--candidates", type=int, default=100)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--queries", type=int, default=320)
-    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "doc_prune.json")
     args = p.parse_args(argv)
 
@@ -103,13 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, float] = {"store_mb": stats["store"]["size_in_bytes"] / 2**20,
                                  "segments": stats["segments"]["count"]}
         for mode in ("sparse", "hybrid"):
-            run: dict[str, list[tuple[str, float]]] = {}
-            for chunk in batches(list(range(len(qids))), args.batch):
-                hits = retriever.search_batch([texts[i] for i in chunk], 10, mode=mode,
-                                              source=False)
-                for i, hs in zip(chunk, hits, strict=True):
-                    run[qids[i]] = [(h.doc_id, h.score) for h in hs]
-            row[f"{mode}_ndcg@10"] = compute_metrics(dataset.qrels, run)["ndcg@10"]
+            row[f"{mode}_ndcg@10"] = ndcg_at_10(retriever, dataset, qids, texts, args.batch,
+                                                mode=mode)["ndcg@10"]
         quality[k] = row
         print(f"top {k:>4}: index {row['store_mb']:.1f} MB; nDCG@10 sparse {row['sparse_ndcg@10']:.4f}, "
               f"hybrid {row['hybrid_ndcg@10']:.4f}", flush=True)

@@ -56,6 +56,32 @@ def time_shape(retriever: Any, shape: str, texts: list[str], c: int) -> float:
     return time.perf_counter() - t0
 
 
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """The options the search-cost benches share (node, bundle, index, queries, rounds)."""
+    p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
+    p.add_argument("--bundle", type=Path, required=True)
+    p.add_argument("--index", required=True)
+    p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
+    p.add_argument("--split", default="train")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--queries", type=int, default=320)
+    p.add_argument("--rounds", type=int, default=2)
+
+
+def ndcg_at_10(retriever: Any, dataset: Any, qids: list[str], texts: list[str], batch: int,
+               k: int = 10, **search: Any) -> dict[str, float]:
+    """Metrics (``compute_metrics``) of ``retriever.search_batch(..., k, **search)`` over the
+    judged queries, in batches of ``batch`` without sources."""
+    from lr_opensearch.evaluation import compute_metrics
+
+    run: dict[str, list[tuple[str, float]]] = {}
+    for chunk in batches(list(range(len(qids))), batch):
+        hits = retriever.search_batch([texts[i] for i in chunk], k, source=False, **search)
+        for i, hs in zip(chunk, hits, strict=True):
+            run[qids[i]] = [(h.doc_id, h.score) for h in hs]
+    return compute_metrics(dataset.qrels, run)
+
+
 def profile_hybrid(retriever: Any, text: str, c: int) -> dict[str, float]:
     """Milliseconds per query part / collector / phase of one server hybrid search."""
     q = retriever.encoder.encode(text)
@@ -89,20 +115,13 @@ def profile_hybrid(retriever: Any, text: str, c: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.evaluation import compute_metrics, load_beir
+    from lr_opensearch.evaluation import load_beir
     from lr_opensearch.options import parse_weights
     from lr_opensearch.search import Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
-    p.add_argument("--bundle", type=Path, required=True)
-    p.add_argument("--index", required=True)
-    p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
-    p.add_argument("--split", default="train")
+    add_common_args(p)
     p.add_argument("--candidates", default="10,20,30,50,100")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--queries", type=int, default=320)
-    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--weights", default=None, help="dense,sparse,bm25 (default: the bundle's)")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "hybrid_cost.json")
     args = p.parse_args(argv)
@@ -122,13 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     quality: dict[int, dict[str, float]] = {}
     for c in cs:
         retriever.candidates = c
-        run: dict[str, list[tuple[str, float]]] = {}
-        for chunk in batches(list(range(len(qids))), args.batch):
-            hits = retriever.search_batch([texts[i] for i in chunk], 100 if c >= 100 else c,
-                                          source=False)
-            for i, hs in zip(chunk, hits, strict=True):
-                run[qids[i]] = [(h.doc_id, h.score) for h in hs]
-        m = compute_metrics(dataset.qrels, run)
+        m = ndcg_at_10(retriever, dataset, qids, texts, args.batch, 100 if c >= 100 else c)
         quality[c] = {"ndcg@10": m["ndcg@10"], "recall@100": m["recall@100"]}
         print(f"C={c:>4}: nDCG@10 {m['ndcg@10']:.4f}  R@C {m['recall@100']:.4f}", flush=True)
 

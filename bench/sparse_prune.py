@@ -27,27 +27,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from hybrid_cost import batches, time_shape  # noqa: E402
+from hybrid_cost import add_common_args, batches, ndcg_at_10, time_shape  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.evaluation import compute_metrics, load_beir
+    from lr_opensearch.evaluation import load_beir
     from lr_opensearch.options import parse_weights
     from lr_opensearch.query import QueryEncoder
     from lr_opensearch.search import Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
-    p.add_argument("--bundle", type=Path, required=True)
-    p.add_argument("--index", required=True)
-    p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
-    p.add_argument("--split", default="train")
+    add_common_args(p)
     p.add_argument("--min-idf", default="0,0.1,0.3,0.5,1.0")
     p.add_argument("--candidates", type=int, default=100)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--queries", type=int, default=320)
-    p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--weights", default=None, help="dense,sparse,bm25 (default: the bundle's)")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "sparse_prune.json")
     args = p.parse_args(argv)
@@ -71,13 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, float] = {"sparse_terms_per_query": float(np.mean(terms)),
                                  "queries_without_sparse_terms": float(sum(n == 0 for n in terms))}
         for mode in ("hybrid", "sparse"):
-            run: dict[str, list[tuple[str, float]]] = {}
-            for chunk in batches(list(range(len(qids))), args.batch):
-                hits = retriever.search_batch([texts[i] for i in chunk], 10, mode=mode,
-                                              source=False)
-                for i, hs in zip(chunk, hits, strict=True):
-                    run[qids[i]] = [(h.doc_id, h.score) for h in hs]
-            row[f"{mode}_ndcg@10"] = compute_metrics(dataset.qrels, run)["ndcg@10"]
+            row[f"{mode}_ndcg@10"] = ndcg_at_10(retriever, dataset, qids, texts, args.batch,
+                                                mode=mode)["ndcg@10"]
         quality[t] = row
         print(f"min idf {t:>4}: {row['sparse_terms_per_query']:5.1f} sparse terms/query "
               f"({int(row['queries_without_sparse_terms'])} queries with none); nDCG@10 hybrid "
