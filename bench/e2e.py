@@ -83,7 +83,7 @@ def run_encoder(
         t0 = time.perf_counter()
         dense, sparse = encode(chunk)
         t1 = time.perf_counter()
-        retriever.search_encoded(dense, sparse, k, mode=mode, source=False)
+        retriever.search_encoded(dense, sparse, k, texts=chunk, mode=mode, source=False)
         t2 = time.perf_counter()
         times["encode"].append(t1 - t0)
         times["search"].append(t2 - t1)
@@ -150,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 
     bundle = load_bundle(args.bundle)
     client = make_client(args.url, timeout=120)
-    dataset, index = pick_dataset(client, bundle, args.dataset)
-    index = args.index or index
+    if args.index and args.dataset:  # both named: no lr-eval index needed
+        dataset, index = load_beir(Path(args.dataset)), args.index
+    else:
+        dataset, index = pick_dataset(client, bundle, args.dataset)
+        index = args.index or index
     extra = {} if args.candidates is None else {"candidates": args.candidates}
     retriever = Retriever(bundle, client, index, **extra)
     texts = list(dataset.queries.values())

@@ -73,6 +73,8 @@ def register(subparsers: Any) -> None:
     build.add_argument("--sparse-head", choices=["lm", "mlm", "tied"], default=None)
     build.add_argument("--max-length", type=int, default=None, help="doc encoder max tokens")
     build.add_argument("--served-dim", type=int, default=None, help="leading dense dims served")
+    build.add_argument("--sparse-top-k", type=int, default=None, metavar="K",
+                       help="sparse terms stored per document (default 128)")
     build.add_argument("--batch-size", type=int, default=256, help="table rows per forward pass")
     build.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     fit = build.add_argument_group("table fit (see below)")
@@ -125,6 +127,7 @@ def run_build(args: argparse.Namespace) -> int:
         args.model, args.out, instructions=parse_instructions(args.instruction),
         pooling=args.pooling, normalize=args.normalize, sparse_head=args.sparse_head,
         max_length=args.max_length, served_dim=args.served_dim, batch_size=args.batch_size,
+        **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
         overwrite=args.overwrite, fit_corpora=args.fit_corpus, fit_queries=args.fit_queries,
         fit_max_queries=args.fit_max_queries or MAX_QUERIES,
     )
