@@ -24,13 +24,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from hybrid_cost import add_common_args, batches, ndcg_at_10, time_shape  # noqa: E402
+from hybrid_cost import add_common_args, batches, latency_ms, ndcg_at_10, time_shape  # noqa: E402
 
 
 def copy_pruned(client: Any, index: str, k: int) -> str:
@@ -113,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in (order0 if r % 2 == 0 else order0[::-1]):
                 for shape in shapes:
                     timing[k][shape].append(time_shape(retrievers[k], shape, b, args.candidates))
-    latency = {k: {s: {"p50_ms": 1000 * float(np.median(v)),
-                       "p99_ms": 1000 * float(np.percentile(v, 99))}
-                   for s, v in timing[k].items()} for k in indexes}
+    latency = latency_ms(timing)
     print(f"\nper batch of {args.batch} queries (wall ms, median / p99), C = {args.candidates}:")
     print(f"{'top k':>6} " + " ".join(f"{s:>18}" for s in shapes))
     for k in indexes:

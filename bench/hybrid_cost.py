@@ -56,6 +56,13 @@ def time_shape(retriever: Any, shape: str, texts: list[str], c: int) -> float:
     return time.perf_counter() - t0
 
 
+def latency_ms(timing: dict[Any, dict[str, list[float]]]) -> dict[Any, dict[str, dict[str, float]]]:
+    """Per variant and shape: median and p99 of the batch wall times, in ms."""
+    return {key: {s: {"p50_ms": 1000 * float(np.median(v)),
+                      "p99_ms": 1000 * float(np.percentile(v, 99))}
+                  for s, v in shapes.items()} for key, shapes in timing.items()}
+
+
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """The options the search-cost benches share (node, bundle, index, queries, rounds)."""
     p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
@@ -154,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 order = SHAPES if r % 2 == 0 else SHAPES[::-1]
                 for shape in order:
                     timing[c][shape].append(time_shape(retriever, shape, b, c))
-    latency = {c: {s: {"p50_ms": 1000 * float(np.median(v)),
-                       "p99_ms": 1000 * float(np.percentile(v, 99))}
-                   for s, v in timing[c].items()} for c in cs}
+    latency = latency_ms(timing)
     print(f"\nper batch of {args.batch} queries (wall ms, median / p99):")
     print(f"{'C':>5} " + " ".join(f"{s:>20}" for s in SHAPES) + "   hybrid/bm25@10 (p50)")
     for c in cs:

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from hybrid_cost import add_common_args, batches, ndcg_at_10, time_shape  # noqa: E402
+from hybrid_cost import add_common_args, batches, latency_ms, ndcg_at_10, time_shape  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 retriever.encoder = encoders[t]
                 for shape in shapes:
                     timing[t][shape].append(time_shape(retriever, shape, b, args.candidates))
-    latency = {t: {s: {"p50_ms": 1000 * float(np.median(v)),
-                       "p99_ms": 1000 * float(np.percentile(v, 99))}
-                   for s, v in timing[t].items()} for t in thresholds}
+    latency = latency_ms(timing)
     print(f"\nper batch of {args.batch} queries (wall ms, median / p99), C = {args.candidates}:")
     print(f"{'min idf':>8} " + " ".join(f"{s:>18}" for s in shapes) + "   hybrid/bm25 (p50)")
     for t in thresholds:

@@ -14,7 +14,8 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,30 @@ def load_tokenizer(path: Path, vocab_size: int) -> Any:
             f"({vocab_size}) and the query tables"
         )
     return tok
+
+
+def check_target(out: Path, overwrite: bool, manifest_file: str, what: str) -> None:
+    """Refuse to write a bundle over an existing ``out`` without ``overwrite``, or over a
+    non-empty directory that is not a bundle (no ``manifest_file``)."""
+    if out.exists() and not overwrite:
+        raise BundleError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+    if out.exists() and not (out / manifest_file).is_file() and any(out.iterdir()):
+        raise BundleError(f"{out} exists and is not a {what}; refusing to overwrite it, choose "
+                          "another path")
+
+
+@contextmanager
+def atomic_dir(out: Path) -> Iterator[Path]:
+    """A fresh temporary directory beside ``out`` that replaces ``out`` when the block ends
+    without an error; on an error it is removed and ``out`` stays as it was."""
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -50,6 +50,8 @@ import numpy as np
 
 from lr_opensearch import __version__
 from lr_opensearch.bundle.files import (
+    atomic_dir,
+    check_target,
     copy_tokenizer,
     hash_tree,
     load_tokenizer,
@@ -237,29 +239,16 @@ def save_bundle(
             non-finite table values.
     """
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise BundleError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
-    if out.exists() and not (out / MANIFEST_FILE).is_file() and any(out.iterdir()):
-        raise BundleError(f"{out} exists and is not a bundle; refusing to overwrite it, choose another path")
+    check_target(out, overwrite, MANIFEST_FILE, "bundle")
     if set(tables) != set(config.instructions):
         raise BundleError(
             f"tables {sorted(tables)} must match the config instructions {sorted(config.instructions)}"
         )
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out) as tmp:
         manifest = _write_contents(tmp, config, tokenizer, tables, doc_encoder_dir, sparse_weights)
         if fit is not None:
             manifest["fit"] = dict(fit)
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote bundle %s (id %s)", out, manifest["bundle_id"])
     return out
 

@@ -27,15 +27,21 @@ import datetime as _dt
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lr_opensearch import __version__
-from lr_opensearch.bundle.files import copy_tokenizer, hash_tree, load_tokenizer, verify_files
-from lr_opensearch.bundle.format import compute_bundle_id
+from lr_opensearch.bundle.files import (
+    atomic_dir,
+    check_target,
+    copy_tokenizer,
+    hash_tree,
+    load_tokenizer,
+    verify_files,
+)
+from lr_opensearch.bundle.format import TOKENIZER_FILE, compute_bundle_id
 from lr_opensearch.errors import BundleError
 from lr_opensearch.options import choice
 
@@ -44,7 +50,6 @@ logger = logging.getLogger(__name__)
 FORMAT_NAME = "ur2n-bundle"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "ur2n.json"
-TOKENIZER_FILE = "tokenizer.json"
 BACKBONE_DIR = "backbone"
 HEAD_FILE = "xtr_head.safetensors"
 BACKBONE_KINDS = ("t5", "decoder")
@@ -198,14 +203,8 @@ def save_ur2n_bundle(out_dir: str | os.PathLike[str], config: UR2NConfig, *, tok
             ``write_parts`` left a part missing or wrote pickled weights.
     """
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise BundleError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
-    if out.exists() and not (out / MANIFEST_FILE).is_file() and any(out.iterdir()):
-        raise BundleError(f"{out} exists and is not a UR²N bundle; refusing to overwrite it, choose another path")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    check_target(out, overwrite, MANIFEST_FILE, "UR²N bundle")
+    with atomic_dir(out) as tmp:
         tok = copy_tokenizer(tokenizer, tmp / TOKENIZER_FILE)
         write_parts(tmp)
         _check_parts(tmp)
@@ -222,12 +221,6 @@ def save_ur2n_bundle(out_dir: str | os.PathLike[str], config: UR2NConfig, *, tok
         if training is not None:
             manifest["training"] = dict(training)
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote UR²N bundle %s (id %s)", out, manifest["bundle_id"])
     return out
 
