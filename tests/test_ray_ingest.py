@@ -68,7 +68,9 @@ def test_ray_ingest_lands_exactly_the_corpus_with_the_same_vectors(
         summary = json.loads(summary_path.read_text())
         assert summary["counts"]["indexed"] == len(docs) and summary["counts"]["skipped"] == 2
         assert summary["reasons"] == {"malformed_json": 1, "missing_id": 1}
-        assert len(summary["workers"]) == 2  # both actors encoded
+        # Ray hands each batch to whichever actor is ready: on a loaded machine one actor may
+        # take every batch while the other still loads its model, so only the bound holds.
+        assert 1 <= len(summary["workers"]) <= 2
         assert sum(w["docs"] for w in summary["workers"].values()) == len(docs)
         ids = index_ids(os_client, index)
         assert len(ids) == len(set(ids)) == len(docs) and set(ids) == {d["_id"] for d in docs}
