@@ -222,3 +222,35 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_manifest(root: Path, manifest_file: str, format_name: str, max_version: int,
+                  required: tuple[str, ...], what: str, how_to_make: str,
+                  library_version: str) -> dict[str, Any]:
+    """The JSON manifest of a bundle directory, checked: it exists, is JSON, names
+    ``format_name`` at a version this library reads (<= ``max_version``) and has the
+    ``required`` fields. ``what`` names the bundle kind and ``how_to_make`` how to write one,
+    for the error messages."""
+    mpath = root / manifest_file
+    if not mpath.is_file():
+        state = "does not exist" if not root.exists() else f"has no {manifest_file}"
+        raise BundleError(f"{root} {state}: not a {what}; {how_to_make}")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise BundleError(f"{mpath}: not valid JSON ({exc})") from None
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    if fmt != format_name:
+        raise BundleError(f"{mpath}: format is {fmt!r}, not {format_name!r}; this is not a {what}")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise BundleError(f"{mpath}: invalid format_version {version!r}")
+    if version > max_version:
+        raise BundleError(
+            f"{mpath}: {what} format version {version} was written by lr-opensearch "
+            f"{manifest.get('library_version', '?')}; this lr-opensearch {library_version} reads up "
+            f"to version {max_version}. Upgrade lr-opensearch (pip install -U lr-opensearch).")
+    missing = [k for k in required if k not in manifest]
+    if missing:
+        raise BundleError(f"{mpath}: manifest fields missing: {missing}")
+    return manifest

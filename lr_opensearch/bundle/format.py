@@ -55,6 +55,7 @@ from lr_opensearch.bundle.files import (
     copy_tokenizer,
     hash_tree,
     load_tokenizer,
+    read_manifest,
     read_table,
     read_weights,
     tokenizer_specials,
@@ -464,31 +465,9 @@ def load_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
-    mpath = root / MANIFEST_FILE
-    if not mpath.is_file():
-        what = "does not exist" if not root.exists() else f"has no {MANIFEST_FILE}"
-        raise BundleError(
-            f"{root} {what}: not a LightRetriever bundle; build one with `lr bundle build` or trainer export"
-        )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise BundleError(f"{mpath}: not valid JSON ({exc})") from None
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    if fmt != FORMAT_NAME:
-        raise BundleError(f"{mpath}: format is {fmt!r}, not {FORMAT_NAME!r}; this is not a LightRetriever bundle")
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise BundleError(f"{mpath}: invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise BundleError(
-            f"{mpath}: bundle format version {version} was written by lr-opensearch "
-            f"{manifest.get('library_version', '?')}; this lr-opensearch {__version__} reads up to "
-            f"version {FORMAT_VERSION}. Upgrade lr-opensearch (pip install -U lr-opensearch)."
-        )
-    missing = [k for k in ("bundle_id", "config", "tokenizer", "query_tables", "files") if k not in manifest]
-    if missing:
-        raise BundleError(f"{mpath}: manifest fields missing: {missing}")
-    return manifest
+    return read_manifest(root, MANIFEST_FILE, FORMAT_NAME, FORMAT_VERSION,
+                         ("bundle_id", "config", "tokenizer", "query_tables", "files"),
+                         "LightRetriever bundle",
+                         "build one with `lr bundle build` or trainer export", __version__)
 
 

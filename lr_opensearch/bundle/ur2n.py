@@ -39,6 +39,7 @@ from lr_opensearch.bundle.files import (
     copy_tokenizer,
     hash_tree,
     load_tokenizer,
+    read_manifest,
     verify_files,
 )
 from lr_opensearch.bundle.format import TOKENIZER_FILE, compute_bundle_id
@@ -271,25 +272,7 @@ def load_ur2n_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> UR
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
-    mpath = root / MANIFEST_FILE
-    if not mpath.is_file():
-        what = "does not exist" if not root.exists() else f"has no {MANIFEST_FILE}"
-        raise BundleError(f"{root} {what}: not a UR²N bundle; write one with "
-                          "`python -m trainer.ur2n` (export.out) or UR2NModel.save")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise BundleError(f"{mpath}: not valid JSON ({exc})") from None
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    if fmt != FORMAT_NAME:
-        raise BundleError(f"{mpath}: format is {fmt!r}, not {FORMAT_NAME!r}; this is not a UR²N bundle")
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise BundleError(f"{mpath}: invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise BundleError(f"{mpath}: UR²N bundle format version {version} is newer than this "
-                          f"lr-opensearch {__version__} reads ({FORMAT_VERSION}); upgrade lr-opensearch")
-    missing = [k for k in ("bundle_id", "config", "tokenizer", "files") if k not in manifest]
-    if missing:
-        raise BundleError(f"{mpath}: manifest fields missing: {missing}")
-    return manifest
+    return read_manifest(root, MANIFEST_FILE, FORMAT_NAME, FORMAT_VERSION,
+                         ("bundle_id", "config", "tokenizer", "files"), "UR²N bundle",
+                         "write one with `python -m trainer.ur2n` (export.out) or UR2NModel.save",
+                         __version__)
