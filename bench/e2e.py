@@ -45,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lr_opensearch.bundle import load_bundle  # noqa: E402
+from lr_opensearch.engine.client import cluster_capabilities, make_client  # noqa: E402
 from lr_opensearch.evaluation import load_beir  # noqa: E402
 from lr_opensearch.evaluation.runs import default_index_name  # noqa: E402
 from lr_opensearch.search import Retriever  # noqa: E402
-from lr_opensearch.search.client import cluster_capabilities, make_client  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"
 logger = logging.getLogger("bench.e2e")

@@ -96,8 +96,8 @@ def corpus_path(args: argparse.Namespace, work: Path) -> Path:
 
 def measure(args: argparse.Namespace, corpus: Path, url: str, work: Path) -> dict[str, Any]:
     """bare, pipeline, bare again; returns the raw figures."""
+    from lr_opensearch.engine.client import make_client
     from lr_opensearch.model import DocEncoder
-    from lr_opensearch.search.client import make_client
 
     records = [r for r in CorpusReader(str(corpus)) if isinstance(r, Record)]
     bundle = load_bundle(args.bundle)

@@ -1,5 +1,5 @@
 """The index templates and search pipelines of lr-opensearch, as JSON data files.
 
 A package only so that installed copies (wheels, not just editable installs) carry the
-files; ``lr_opensearch.search.templates`` renders them. Nothing to import here.
+files; ``lr_opensearch.engine.templates`` renders them. Nothing to import here.
 """

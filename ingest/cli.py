@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ingest.launcher import launch
-from lr_opensearch.cli.common import TRANSPORT_LOGGERS
+from lr_opensearch.cli.common import (
+    add_connection_args,
+    configure_logging,
+    connection_kwargs,
+    quiet_transport,
+)
 from lr_opensearch.errors import LRError
 from lr_opensearch.indexing import (
     BulkSettings,
@@ -21,7 +26,6 @@ from lr_opensearch.indexing import (
     exit_code,
     run,
 )
-from lr_opensearch.options import ENGINE_CHOICES
 
 EPILOG = """\
 exit status: 0 every record indexed; 3 done, but some lines were skipped or refused (see the
@@ -40,15 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", required=True, help="model bundle directory")
     p.add_argument("--index", required=True, help="target index (created if absent)")
     g = p.add_argument_group("connection (defaults: LR_OPENSEARCH_URL / _USER / _PASSWORD / _CA_CERTS)")
-    g.add_argument("--url", help="cluster URL, e.g. https://localhost:9200")
-    g.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
-                   help="what the URL points at (default auto: the cluster is asked)")
-    g.add_argument("--user")
-    g.add_argument("--password", help="prefer LR_OPENSEARCH_PASSWORD: arguments show in ps")
-    g.add_argument("--ca-certs", help="CA bundle for TLS")
-    g.add_argument("--insecure", "--no-verify-certs", dest="no_verify_certs", action="store_true",
-                   help="do not verify TLS certificates (self-signed test clusters only)")
-    g.add_argument("--timeout", type=int, default=120, help="request timeout in seconds")
+    add_connection_args(g, timeout=True)
     g = p.add_argument_group("throughput")
     g.add_argument("--batch-size", type=int, default=32, help="documents per encoder forward")
     g.add_argument("--chunk-size", type=int, default=256,
@@ -104,10 +100,7 @@ def config_from_args(args: argparse.Namespace) -> IngestConfig:
         extra["state_dir"] = args.state_dir
     return IngestConfig(
         corpus=args.corpus, bundle=args.bundle, index=args.index,
-        connection=ConnectionConfig(url=args.url, user=args.user, password=args.password,
-                                    ca_certs=args.ca_certs,
-                                    verify_certs=not args.no_verify_certs, timeout=args.timeout,
-                                    engine=args.engine),
+        connection=ConnectionConfig(**connection_kwargs(args)),
         batch_size=args.batch_size, chunk_size=args.chunk_size, sort_window=args.sort_window,
         queue_chunks=args.queue_chunks, workers=args.workers, worker_id=args.worker_id,
         device=args.device, restart=args.restart, dead_letter=args.dead_letter,
@@ -116,15 +109,6 @@ def config_from_args(args: argparse.Namespace) -> IngestConfig:
         retry=RetryPolicy(max_attempts=args.max_attempts, initial_backoff=args.initial_backoff,
                           max_backoff=args.max_backoff),
         progress=not (args.quiet or args.no_progress), summary_json=args.summary_json, **extra)
-
-
-def configure_logging(args: argparse.Namespace) -> None:
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    if not args.verbose:  # one line per bulk request, a stack trace per failed attempt:
-        for noisy in TRANSPORT_LOGGERS:  # noise next to our own messages; -v shows them
-            logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:
@@ -148,9 +132,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run_from_lr(args: argparse.Namespace) -> int:
-    if not args.verbose:
-        for noisy in TRANSPORT_LOGGERS:
-            logging.getLogger(noisy).setLevel(logging.ERROR)
+    quiet_transport(args)
     config = config_from_args(args)
     summary = execute(config)
     write_summary(summary, config, quiet=args.quiet)
@@ -167,7 +149,7 @@ def execute(config: IngestConfig) -> IngestSummary:
 def main(argv: list[str] | None = None) -> int:
     """``python -m ingest.bulk``: parse, ingest, print the summary; the exit code says how."""
     args = parse_args(argv)
-    configure_logging(args)
+    configure_logging(args.verbose, args.quiet)
     try:
         config = config_from_args(args)
         summary = execute(config)

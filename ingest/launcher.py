@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.indexing.checkpoint import CheckpointFile, Counts
 from lr_opensearch.indexing.config import IngestConfig
@@ -38,7 +39,6 @@ from lr_opensearch.indexing.session import (
     load_state,
 )
 from lr_opensearch.progress import progress_bar
-from lr_opensearch.search.adapters import make_adapter
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle

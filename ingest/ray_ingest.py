@@ -103,10 +103,10 @@ class EncodeAndWrite:
         import torch
 
         from lr_opensearch.bundle import load_bundle
+        from lr_opensearch.engine.adapters import make_adapter
+        from lr_opensearch.engine.client import connect
         from lr_opensearch.indexing.documents import SparseKeys
         from lr_opensearch.model import DocEncoder
-        from lr_opensearch.search.adapters import make_adapter
-        from lr_opensearch.search.client import connect
 
         torch_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         self.bundle = load_bundle(bundle)
@@ -246,15 +246,14 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
     except ImportError as exc:
         raise ConfigError("Ray is not installed: pip install 'lr-opensearch[ray]'") from exc
     from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.cli.common import connection_kwargs
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.client import connect
     from lr_opensearch.indexing.index_setup import ensure_index
-    from lr_opensearch.search.adapters import make_adapter
-    from lr_opensearch.search.client import connect
 
     started = time.perf_counter()
     bundle = load_bundle(args.bundle)
-    connection = {"url": args.url, "engine": args.engine, "user": args.user,
-                  "password": args.password, "ca_certs": args.ca_certs,
-                  "verify_certs": not args.insecure, "timeout": args.timeout}
+    connection = connection_kwargs(args)
     adapter = make_adapter(connect(**connection))
     ensure_index(adapter, args.index, bundle)
     connection["engine"] = adapter.engine  # the workers need not ask again
@@ -308,7 +307,7 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from lr_opensearch.options import ENGINE_CHOICES
+    from lr_opensearch.cli.common import add_connection_args
 
     p = argparse.ArgumentParser(prog="python -m ingest.ray_ingest", description=__doc__.split("\n\n")[0],
                                 epilog="exit status: 0 every record indexed; 3 done, some "
@@ -317,13 +316,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bundle", required=True)
     p.add_argument("--index", required=True)
     g = p.add_argument_group("cluster (defaults: LR_OPENSEARCH_*)")
-    g.add_argument("--url")
-    g.add_argument("--engine", choices=ENGINE_CHOICES, default="auto")
-    g.add_argument("--user")
-    g.add_argument("--password", help="prefer LR_OPENSEARCH_PASSWORD")
-    g.add_argument("--ca-certs")
-    g.add_argument("--insecure", action="store_true")
-    g.add_argument("--timeout", type=int, default=120)
+    add_connection_args(g, timeout=True)
     g = p.add_argument_group("Ray")
     g.add_argument("--address", default=None,
                    help="Ray cluster address (default: a local Ray with --num-cpus; 'auto' "
@@ -349,13 +342,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    if not args.verbose:
-        from lr_opensearch.cli.common import TRANSPORT_LOGGERS
+    from lr_opensearch.cli.common import configure_logging
 
-        for noisy in (*TRANSPORT_LOGGERS, "ray"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(args.verbose)
+    if not args.verbose:
+        logging.getLogger("ray").setLevel(logging.WARNING)
     try:
         summary = run_distributed(args)
     except LRError as exc:

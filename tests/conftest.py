@@ -10,7 +10,7 @@ Where the OpenSearch cluster comes from (first that applies):
    missing, started once per session on free ports with a throwaway node dir under
    pytest's tmp, stopped at the end.
 
-Elasticsearch (``es_url`` / ``es_client``, for the lr_opensearch.search.elasticsearch adapter's tests): env
+Elasticsearch (``es_url`` / ``es_client``, for the lr_opensearch.engine.elasticsearch adapter's tests): env
 ``LR_TEST_ELASTICSEARCH_URL``, else a throwaway local node (``lr node ... --engine
 elasticsearch``, heap 512m) started on free ports the first time a test asks for it.
 
@@ -45,7 +45,7 @@ def _docker_available() -> bool:
 
 
 def _answers(url: str) -> bool:
-    from lr_opensearch.search.client import make_client
+    from lr_opensearch.engine.client import make_client
 
     try:
         return bool(make_client(url, timeout=5).ping())
@@ -140,7 +140,7 @@ def opensearch_url(request: pytest.FixtureRequest,
 @pytest.fixture(scope="session")
 def os_client(opensearch_url: str) -> Any:
     """An ``opensearchpy.OpenSearch`` client on the session's cluster."""
-    from lr_opensearch.search.client import make_client
+    from lr_opensearch.engine.client import make_client
 
     client = make_client(opensearch_url, timeout=120)
     client.cluster.health(wait_for_status="yellow", timeout="60s", request_timeout=90)
@@ -172,8 +172,8 @@ def secure_endpoint(opensearch_url: str, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def os_capabilities(os_client: Any) -> Any:
-    """``lr_opensearch.search.client.Capabilities`` of the session's cluster."""
-    from lr_opensearch.search.client import cluster_capabilities
+    """``lr_opensearch.engine.client.Capabilities`` of the session's cluster."""
+    from lr_opensearch.engine.client import cluster_capabilities
 
     return cluster_capabilities(os_client)
 

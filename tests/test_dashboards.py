@@ -12,9 +12,9 @@ import pytest
 from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.inspect.dashboards import check_references
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
-from lr_opensearch.search.opensearch import OpenSearchAdapter
+from lr_opensearch.dashboards.saved_objects import check_references
+from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 
@@ -99,8 +99,8 @@ def test_dashboards_import_accepts_the_objects(tmp_path: Path) -> None:
 
     from node_support import free_port
 
-    from lr_opensearch.inspect.dashboards import saved_objects, to_ndjson
-    from lr_opensearch.search.client import make_client
+    from lr_opensearch.dashboards.saved_objects import saved_objects, to_ndjson
+    from lr_opensearch.engine.client import make_client
 
     if not _docker_engine():
         pytest.skip("no Docker engine here: Dashboards (not on Maven Central) runs only in "

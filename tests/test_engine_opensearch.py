@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from lr_opensearch.bundle.keys import decode_key, encode_key
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.templates import render_hybrid_pipeline
 from lr_opensearch.errors import BundleMismatchError, EngineError
-from lr_opensearch.search.opensearch import OpenSearchAdapter
-from lr_opensearch.search.templates import render_hybrid_pipeline
 
 pytestmark = pytest.mark.node
 

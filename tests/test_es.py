@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter, ESCapabilities, es_index_body
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, ESCapabilities, es_index_body
-from lr_opensearch.search.fusion import fusion_config
+from lr_opensearch.legs import fusion_config
 
 FLT = {"term": {"metadata.lang": "en"}}
 
@@ -121,8 +121,8 @@ def test_linear_and_rrf_retriever_bodies():
 def test_make_adapter_picks_elasticsearch_for_es_clients():
     from elasticsearch import Elasticsearch
 
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
     from lr_opensearch.search import make_adapter
-    from lr_opensearch.search.opensearch import OpenSearchAdapter
 
     assert isinstance(make_adapter(Elasticsearch("http://127.0.0.1:1")), ElasticsearchAdapter)
     from opensearchpy import OpenSearch

@@ -32,11 +32,11 @@ from ingest_support import (
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.client import connect
+from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter, es_capabilities
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.indexing.reader import document_text
 from lr_opensearch.indexing.run import run
-from lr_opensearch.search.client import connect
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter, es_capabilities
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 
 pytestmark = pytest.mark.node

@@ -16,9 +16,9 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.search import Retriever
-from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 from lr_opensearch.search.fusion import fuse
 
@@ -76,7 +76,7 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     # hybrid = fusion of the two sub-queries fetched independently
     d50 = r.search(text, k=50, mode="dense")
     s50 = r.search(text, k=50, mode="sparse")
-    from lr_opensearch.search.explain import score_from_inner_product
+    from lr_opensearch.engine.scores import score_from_inner_product
 
     expected = fuse(
         [(h.doc_id, score_from_inner_product(h.dense_score)) for h in d50],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError, CorpusError
 from lr_opensearch.evaluation import (
     compare_table,
@@ -20,7 +21,6 @@ from lr_opensearch.evaluation import (
     write_trec,
 )
 from lr_opensearch.evaluation.runs import weight_sweep
-from lr_opensearch.search.explain import score_from_inner_product
 
 
 def make_beir(root: Path, *, gz: bool = True) -> Path:

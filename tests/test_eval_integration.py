@@ -12,11 +12,11 @@ import pytest
 from ingest_support import build_tiny_bundle
 
 from lr_opensearch.evaluation import (
-    DEFAULT_RUNS,
-    RUN_NAMES,
     compute_metrics,
+    default_runs,
     load_beir,
     read_trec,
+    run_names,
 )
 
 pytestmark = pytest.mark.node
@@ -93,11 +93,11 @@ def test_lr_eval_end_to_end(
         assert report["dataset"] == "tinyset" and report["queries"] == 8 and report["docs"] == 24
         assert report["index_status"] == "ingested"
         assert report["instruction"] == {"name": "default", "prompt": "", "chosen_by": "bundle default"}
-        assert set(report["runs"]) == set(DEFAULT_RUNS) == set(RUN_NAMES) - {
+        assert set(report["runs"]) == set(default_runs()) == set(run_names()) - {
             "lr-hybrid+rerank", "bm25+rerank", "xtr", "xtr+rerank"}
-        assert set(DEFAULT_RUNS) == {
+        assert set(default_runs()) == {
             "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
-            "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25",
+            "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25", "full-hybrid",
         }
         qrels = load_beir(data).qrels
         for name, metrics in report["runs"].items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -28,6 +29,8 @@ from lr_opensearch.bundle.pseudo import (
     read_records,
 )
 from lr_opensearch.errors import CorpusError, QueryError
+from lr_opensearch.legs import builtin as legs_builtin
+from lr_opensearch.legs import registry
 from lr_opensearch.query import QueryEncoder
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -318,5 +321,8 @@ def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.Monkey
     monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
     assert demo._recipe_key() != key  # a changed recipe never reuses an old cached bundle
     monkeypatch.undo()
-    monkeypatch.setattr("lr_opensearch.options.DEFAULT_WEIGHTS", (0.5, 0.0, 0.5))
+    monkeypatch.setattr("lr_opensearch.legs.builtin.SPARSE", dataclasses.replace(
+        legs_builtin.SPARSE, default_weight=0.3))
+    monkeypatch.setattr("lr_opensearch.legs.registry._LEGS", {
+        **registry._LEGS, "sparse": legs_builtin.SPARSE})
     assert demo._recipe_key() != key

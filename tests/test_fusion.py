@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.fusion import FusedHit, fuse, fusion_config, validate_weights
+from lr_opensearch.legs import fusion_config, names, parse_weights, validate_weights
+from lr_opensearch.search.fusion import FusedHit, fuse
+
+NONE = dict.fromkeys(names(), 0.0)  # every leg, weight 0
 
 # dense  : a 3.0, b 2.0, c 1.0   -> min-max a 1.0, b 0.5, c 0 (-> 0.001 on the server)
 # sparse : b 10.0, d 6.0, a 2.0  -> min-max b 1.0, d 0.5, a 0 (-> 0.001 on the server)
@@ -212,8 +215,8 @@ def test_bad_weights_are_rejected(weights, message):
 
 
 def test_weights_validation_per_semantics():
-    assert validate_weights((0.705, 0.3)) == (0.705, 0.3, 0.0)  # within the server's 0.01
-    assert validate_weights((3, 1), "linear") == (3.0, 1.0, 0.0)
+    assert validate_weights((0.705, 0.3)) == {**NONE, "dense": 0.705, "sparse": 0.3}  # within the server's 0.01
+    assert validate_weights((3, 1), "linear") == {**NONE, "dense": 3.0, "sparse": 1.0}
     with pytest.raises(ConfigError, match="all be 0"):
         validate_weights((0, 0), "linear")
     with pytest.raises(ConfigError, match=r"\[0, 1\]"):
@@ -269,12 +272,10 @@ def test_three_legs_by_hand() -> None:
 
 
 def test_weights_per_leg_and_their_spelling() -> None:
-    from lr_opensearch.options import parse_weights
-
-    assert validate_weights((0.7, 0.3)) == (0.7, 0.3, 0.0)
-    assert validate_weights({"bm25": 0.4, "dense": 0.6}) == (0.6, 0.0, 0.4)
-    assert parse_weights("dense=0.3,sparse=0.2,bm25=0.5") == (0.3, 0.2, 0.5)
-    assert parse_weights("0.3,0.2,0.5") == (0.3, 0.2, 0.5)
+    assert validate_weights((0.7, 0.3)) == {**NONE, "dense": 0.7, "sparse": 0.3}
+    assert validate_weights({"bm25": 0.4, "dense": 0.6}) == {**NONE, "dense": 0.6, "bm25": 0.4}
+    assert parse_weights("dense=0.3,sparse=0.2,bm25=0.5") == {**NONE, "dense": 0.3, "sparse": 0.2, "bm25": 0.5}
+    assert parse_weights("0.3,0.2,0.5") == {**NONE, "dense": 0.3, "sparse": 0.2, "bm25": 0.5}
     with pytest.raises(ConfigError, match="unknown fusion leg"):
         parse_weights("dense=0.5,bm52=0.5")
     with pytest.raises(ConfigError, match="sum to 1"):

@@ -24,10 +24,10 @@ from ingest_support import (
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import BundleMismatchError
 from lr_opensearch.indexing.reader import document_text
 from lr_opensearch.indexing.run import run
-from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 

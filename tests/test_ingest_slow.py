@@ -50,7 +50,7 @@ def tiny_queue_node(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_a_saturated_write_queue_rejects_with_429_and_everything_still_lands(
         tiny_queue_node: str, tmp_path: Path) -> None:
-    from lr_opensearch.search.client import make_client
+    from lr_opensearch.engine.client import make_client
 
     client = make_client(tiny_queue_node, timeout=120)
     tiny = build_tiny_bundle(tmp_path)

@@ -19,7 +19,7 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.search.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ class _Server:
 def corpus(os_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     tok = wordpiece_tokenizer(padding=False)
     path = tiny_bundle(tmp_path_factory.mktemp("inspect") / "b", tok, seed=3,
-                       dense_weight=0.4, sparse_weight=0.2, bm25_weight=0.4)
+                       weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
     bundle = load_bundle(path)
     vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
     rng = np.random.default_rng(7)
@@ -189,7 +189,7 @@ def test_the_full_model_list_when_the_document_encoder_is_there(
     from ingest_support import ingest_adi
 
     from lr_opensearch.inspect import create_app
-    from lr_opensearch.model.rerank import full_query_encoder
+    from lr_opensearch.model.full_model import full_query_encoder
     from lr_opensearch.search import Retriever
 
     index = f"lr-test-inspect-full-{uuid.uuid4().hex[:8]}"
@@ -197,15 +197,15 @@ def test_the_full_model_list_when_the_document_encoder_is_there(
     try:
         app = create_app(str(path), index, url=opensearch_url)
         client = app.test_client()
-        assert b'id="list-full"' in client.get("/").data
+        assert b'id="list-full_dense"' in client.get("/").data
         data = client.get("/api/search?q=computer%20information%20retrieval").get_json()
-        assert set(data["lists"]) == {"hybrid", "dense", "sparse", "bm25", "full"}
+        assert set(data["lists"]) == {"hybrid", "dense", "sparse", "bm25", "full_dense"}
         bundle = load_bundle(path)
         retriever = Retriever(bundle, os_client, index)
         vector = full_query_encoder(bundle)(["computer information retrieval"])
         expected = retriever.search_encoded(vector, None, 10, mode="dense")[0]
-        assert [h["id"] for h in data["lists"]["full"]] == [h.doc_id for h in expected]
-        assert b'id="list-full"' not in create_app(str(path), index, url=opensearch_url,
+        assert [h["id"] for h in data["lists"]["full_dense"]] == [h.doc_id for h in expected]
+        assert b'id="list-full_dense"' not in create_app(str(path), index, url=opensearch_url,
                                                    full=False).test_client().get("/").data
     finally:
         os_client.indices.delete(index=index, ignore_unavailable=True)

@@ -13,9 +13,9 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.search import Retriever, fuse
-from lr_opensearch.search.explain import score_from_inner_product
-from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 

@@ -246,8 +246,8 @@ def test_start_refuses_a_taken_port(tmp_path: Path) -> None:
 @pytest.mark.node
 def test_two_node_cluster(tmp_path: Path) -> None:
     """Two local nodes form one cluster; an index with 1 replica goes green across them."""
+    from lr_opensearch.engine.client import make_client
     from lr_opensearch.node import NodeConfig, install, start_node, stop_node
-    from lr_opensearch.search.client import make_client
 
     inst = install()
     http = (free_port(), free_port())

@@ -113,12 +113,12 @@ def test_the_strategies_reach_both_outcomes(encoders: Any) -> None:
 @pytest.mark.node
 def test_fuzzed_queries_through_retriever_search(os_client: Any,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
     from lr_opensearch.search import Retriever
-    from lr_opensearch.search.opensearch import OpenSearchAdapter
 
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("fuzz-node") / "b", tok, seed=3,
-                                     bm25_weight=0.4, dense_weight=0.4, sparse_weight=0.2))
+                                     weights={"bm25": 0.4, "dense": 0.4, "sparse": 0.2}))
     vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
     rng = np.random.default_rng(5)
     index = f"lr-test-fuzz-{uuid.uuid4().hex[:8]}"

@@ -9,9 +9,9 @@ import sys
 
 QUERY_SIDE = ["lr_opensearch", "lr_opensearch.bundle.keys", "lr_opensearch.bundle", "lr_opensearch.bundle.files",
               "lr_opensearch.query", "lr_opensearch.query.tokens", "lr_opensearch.query.stopwords",
-              "lr_opensearch.search", "lr_opensearch.search.fusion", "lr_opensearch.search.client",
-              "lr_opensearch.search.templates", "lr_opensearch.cli.bundle",
-              "lr_opensearch.search.xtr"]
+              "lr_opensearch.search", "lr_opensearch.search.fusion", "lr_opensearch.engine.client",
+              "lr_opensearch.engine.templates", "lr_opensearch.cli.bundle",
+              "lr_opensearch.ur2n.xtr"]
 HEAVY = ["torch", "transformers"]
 
 

@@ -95,7 +95,7 @@ def test_a_killed_worker_and_a_rerun_leave_exactly_the_corpus(
     line 30 is refused by the cluster for good (its ``year`` is no number in a ``long``
     field): every other document lands once, each bad line is reported once - and again
     after a rerun of the whole job."""
-    from lr_opensearch.search.opensearch import OpenSearchAdapter
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
     corpus, docs = dirty
     lines = corpus.read_bytes().splitlines(keepends=True)

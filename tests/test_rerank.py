@@ -63,7 +63,7 @@ def test_the_full_model_reranker_scores_as_the_full_dense_run(tmp_path: Path) ->
 
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.model import DocEncoder
-    from lr_opensearch.model.rerank import FullModelReranker, full_query_encoder
+    from lr_opensearch.model.full_model import FullModelReranker, full_query_encoder
 
     bundle = load_bundle(build_tiny_bundle(tmp_path / "b"))
     reranker = FullModelReranker(bundle)
@@ -80,7 +80,7 @@ def test_reranking_through_the_retriever(os_client: Any, opensearch_url: str,
     from ingest_support import ingest_adi
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.model.rerank import FullModelReranker
+    from lr_opensearch.model.full_model import FullModelReranker
     from lr_opensearch.search import Retriever
 
     index = f"lr-test-rerank-{uuid.uuid4().hex[:8]}"

@@ -8,18 +8,14 @@ import pytest
 
 from lr_opensearch.cli.search import _filter, _weights, format_hits, hits_json, register
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.explain import Explanation, TokenContribution
+from lr_opensearch.legs import names
+from lr_opensearch.search.explain import Explanation, LegExplanation, TokenContribution
 from lr_opensearch.search.hits import Hit
 
 EXPL = Explanation(
-    dense_ip=7.25,
-    dense_engine_score=8.25,
-    sparse_score=7.0,
-    dense_norm=1.0,
-    sparse_norm=0.5,
+    legs={"dense": LegExplanation(engine_score=8.25, score=7.25, norm=1.0, rank=1),
+          "sparse": LegExplanation(engine_score=7.0, score=7.0, norm=0.5, rank=2)},
     fused=0.85,
-    dense_rank=1,
-    sparse_rank=2,
     sparse_from_tokens=7.02,
     top_tokens=(
         TokenContribution("paris", "paris", 2.0, 2.25, 4.5),
@@ -27,8 +23,8 @@ EXPL = Explanation(
     ),
 )
 HITS = [
-    Hit("d1", 1, 0.85, 7.25, 7.0, {"title": "Paris  is\nknown"}, EXPL),
-    Hit("doc-22", 2, 0.3, None, 1.5, {"title": "x" * 200}, None),
+    Hit("d1", 1, 0.85, {"dense": 7.25, "sparse": 7.0}, {"title": "Paris  is\nknown"}, EXPL),
+    Hit("doc-22", 2, 0.3, {"sparse": 1.5}, {"title": "x" * 200}, None),
 ]
 
 
@@ -57,9 +53,11 @@ def test_hits_json_is_plain_data():
 
 
 def test_weights_and_filter_arguments():
-    assert _weights("0.6,0.4") == (0.6, 0.4, 0.0) and _weights(None) is None
-    assert _weights("dense=0.3,sparse=0.2,bm25=0.5") == (0.3, 0.2, 0.5)
-    assert _weights("0.3,0.2,0.5") == (0.3, 0.2, 0.5)
+    none = dict.fromkeys(names(), 0.0)
+    assert _weights("0.6,0.4") == {**none, "dense": 0.6, "sparse": 0.4} and _weights(None) is None
+    assert _weights("dense=0.3,sparse=0.2,bm25=0.5") == {**none, "dense": 0.3, "sparse": 0.2,
+                                                          "bm25": 0.5}
+    assert _weights("0.3,0.2,0.5") == _weights("dense=0.3,sparse=0.2,bm25=0.5")
     for bad in ("0.6", "a,b", "0.1,0.2,0.3,0.4", "dense=0.5,bm52=0.5"):
         with pytest.raises(ConfigError, match="weights|leg"):
             _weights(bad)

@@ -17,15 +17,12 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.search import Retriever
-from lr_opensearch.search.explain import (
-    LUCENE_FEATURE_REL_TOL,
-    inner_product_from_score,
-    score_from_inner_product,
-)
+from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 from lr_opensearch.search.fusion import fuse
-from lr_opensearch.search.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
 
@@ -156,7 +153,7 @@ def test_explain_fields(corpus: Any, retriever: Retriever) -> None:
     for h in hits:
         e, i = h.explanation, int(h.doc_id[1:])
         assert e is not None and e.fused == h.score
-        assert e.dense_ip == pytest.approx(
+        assert e.leg("dense").score == pytest.approx(
             float(ip[i]), abs=2e-6 * max(1.0, abs(float(ip[i]))) ** 2
         )
         assert e.sparse_from_tokens == pytest.approx(dots[i], rel=1e-9)

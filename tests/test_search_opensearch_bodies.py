@@ -6,21 +6,19 @@ import numpy as np
 import pytest
 
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.adapter import EngineHit, EngineResult, filter_clauses, parse_response
+from lr_opensearch.engine.opensearch import OpenSearchAdapter, pipeline_name
+from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.search.engine import EngineHit, EngineResult, filter_clauses, parse_response
-from lr_opensearch.search.explain import (
-    inner_product_from_score,
-    score_from_inner_product,
-    token_contributions,
-)
-from lr_opensearch.search.fusion import fuse, fusion_config
+from lr_opensearch.legs import fusion_config
+from lr_opensearch.search.explain import token_contributions
+from lr_opensearch.search.fusion import fuse
 from lr_opensearch.search.hits import (
-    SearchRequest,
     assemble_client,
     assemble_server,
     assemble_single,
 )
-from lr_opensearch.search.opensearch import OpenSearchAdapter, pipeline_name
+from lr_opensearch.search.request import SearchOptions, SearchRequest
 
 ADAPTER = OpenSearchAdapter(client=None)
 FLT = {"term": {"metadata.lang": "en"}}
@@ -154,20 +152,13 @@ def test_token_contributions_decode_keys_and_sort():
 
 
 def _req(**kw):
-    base = dict(
-        k=2,
-        from_=0,
-        mode="hybrid",
-        path="client",
-        config=fusion_config(),
-        filter=None,
-        source=None,
-        strip_sparse=False,
-        timeout=None,
-        explain=False,
-    )
-    base.update(kw)
-    return SearchRequest(**base)
+    """A resolved request: the SearchOptions fields (k, from_, mode, explain) and the
+    resolved ones (path, config, source, strip_sparse, timeout)."""
+    resolved = dict(path="client", config=fusion_config(), source=None, strip_sparse=False,
+                    timeout=None)
+    resolved.update({key: kw.pop(key) for key in list(kw) if key in resolved})
+    options = SearchOptions(**{"k": 2, **kw})
+    return SearchRequest(options, **resolved)
 
 
 DENSE = EngineResult(
@@ -229,7 +220,7 @@ def test_assemble_server_uses_server_scores_and_explains_from_parts():
     assert [(h.doc_id, h.score) for h in hits] == [("b", 0.65), ("a", 0.6)]
     e = hits[0].explanation
     assert e.fused == 0.65 and e.dense_rank == 2 and e.sparse_rank == 1
-    assert e.dense_ip == pytest.approx(2.0) and e.sparse_norm == pytest.approx(1.0)
+    assert e.leg("dense").score == pytest.approx(2.0) and e.sparse_norm == pytest.approx(1.0)
     plain = assemble_server(fused, [], None, _req())
     assert plain[0].explanation is None and plain[0].dense_score is None
 
@@ -241,12 +232,12 @@ def test_search_modules_leave_torch_out() -> None:
 
     mods = [
         "lr_opensearch.search",
-        "lr_opensearch.search.opensearch",
+        "lr_opensearch.engine.opensearch",
         "lr_opensearch.search.hits",
         "lr_opensearch.search.explain",
         "lr_opensearch.cli.search",
         "lr_opensearch.search.fusion",
-        "lr_opensearch.search.elasticsearch",
+        "lr_opensearch.engine.elasticsearch",
         "lr_opensearch.evaluation",
         "lr_opensearch.evaluation.runs",
         "lr_opensearch.cli.eval",

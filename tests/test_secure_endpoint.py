@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from ingest_support import REPO, build_tiny_bundle, data_dir, read_corpus, write_jsonl
 
+from lr_opensearch.engine.client import connect
 from lr_opensearch.errors import EngineError
-from lr_opensearch.search.client import connect
 
 pytestmark = pytest.mark.node
 

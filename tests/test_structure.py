@@ -9,6 +9,7 @@ inside (they are already being initialised: the usual re-export pattern).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,3 +125,69 @@ def test_public_surface() -> None:
 
     for name in ("Retriever", "QueryEncoder", "load_bundle", "make_client", "Bundle", "fuse"):
         assert name in lr_opensearch.__all__ and callable(getattr(lr_opensearch, name))
+
+
+# ---- legs are defined once ------------------------------------------------------------------
+LEG_HOME = REPO / "lr_opensearch" / "legs"
+# the index layout names its two vector fields by kind (dense, sparse): not legs
+INDEX_LAYOUT = REPO / "lr_opensearch" / "engine" / "adapter.py"
+# per-leg fields spelled by name: what the registry's mappings replaced
+LEG_FIELD = re.compile(r"^(?:{legs})_(?:weight|score|norm|rank|hits|ip|engine_score)$")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (prose may name a leg)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def leg_spellings(source: str, legs: tuple[str, ...], where: str = "<source>") -> list[str]:
+    """Every place in ``source`` that spells a leg by hand: a string constant (not a
+    docstring) equal to a leg's name, or a name / attribute / keyword of the form
+    ``<leg>_score``, ``<leg>_weight``, ... (the per-leg fields the registry replaced)."""
+    tree = ast.parse(source, where)
+    docs = _docstrings(tree)
+    field = re.compile(LEG_FIELD.pattern.format(legs="|".join(map(re.escape, legs))))
+    found = []
+    for node in ast.walk(tree):
+        spelled = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            spelled = node.value if node.value in legs else None
+        elif isinstance(node, ast.Name):
+            spelled = node.id if field.match(node.id) else None
+        elif isinstance(node, ast.Attribute):
+            spelled = node.attr if field.match(node.attr) else None
+        elif isinstance(node, ast.keyword) and node.arg:
+            spelled = node.arg if field.match(node.arg) else None
+        elif isinstance(node, ast.arg):
+            spelled = node.arg if field.match(node.arg) else None
+        if spelled is not None:
+            found.append(f"{where}:{getattr(node, 'lineno', '?')}: {spelled!r}")
+    return found
+
+
+def test_leg_names_live_only_in_the_leg_registry() -> None:
+    from lr_opensearch import legs
+
+    names = legs.names()
+    bad = []
+    for path in sorted((REPO / "lr_opensearch").rglob("*.py")):
+        if LEG_HOME not in path.parents and path != INDEX_LAYOUT:
+            bad += leg_spellings(path.read_text(), names, str(path.relative_to(REPO)))
+    for path in sorted((REPO / "lr_opensearch").rglob("*.html")):
+        text = path.read_text()
+        bad += [f"{path.relative_to(REPO)}: {leg!r}" for leg in names
+                if re.search(rf"\b{re.escape(leg)}\b", text)]
+    assert not bad, "leg names spelled outside lr_opensearch/legs:\n" + "\n".join(bad)
+
+
+def test_the_leg_check_can_fail() -> None:
+    legs = ("dense", "bm25")
+    source = 'x = "bm25"\ny = hit.dense_score\nf(bm25_weight=1)\n"""a dense docstring"""\n'
+    found = leg_spellings('"""doc: dense"""\n' + source, legs)
+    assert [f.split(": ", 1)[1] for f in found] == ["'bm25'", "'dense_score'", "'bm25_weight'"]

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from lr_opensearch import __version__
-from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.client import _split_url, make_client
-from lr_opensearch.search.templates import (
+from lr_opensearch.engine.client import _split_url, make_client
+from lr_opensearch.engine.templates import (
     render_es_index_body,
     render_hybrid_pipeline,
     render_index_body,
     render_template,
     template_dir,
 )
+from lr_opensearch.errors import ConfigError
 
 
 def _placeholders(node: object) -> list[str]:
@@ -153,7 +153,7 @@ def test_templates_ship_as_package_data() -> None:
 
     import tomllib
 
-    from lr_opensearch.search.templates import template_dir
+    from lr_opensearch.engine.templates import template_dir
 
     repo = Path(__file__).resolve().parents[1]
     spec = importlib.util.find_spec("index_templates")

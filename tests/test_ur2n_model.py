@@ -17,11 +17,11 @@ from tiny_artifacts import bpe_tokenizer, wordpiece_tokenizer
 from trainer_support import tiny_llama_dir, write_tiny_records
 from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
-from lr_opensearch.bundle.ur2n import MANIFEST_FILE, UR2NConfig, load_ur2n_bundle
 from lr_opensearch.errors import BundleError, ConfigError
 from lr_opensearch.model.framing import plain_tokenizer
-from lr_opensearch.model.ur2n import UR2NModel, UR2NReranker
-from lr_opensearch.model.ur2n_text import frame_template
+from lr_opensearch.ur2n.bundle import MANIFEST_FILE, UR2NConfig, load_ur2n_bundle
+from lr_opensearch.ur2n.model import UR2NModel, UR2NReranker
+from lr_opensearch.ur2n.text import frame_template
 from trainer.losses import build_loss
 from trainer.losses.xtr import xtr_alignment_scores
 from trainer.ur2n import UR2NTrainer, load_ur2n_config
@@ -220,7 +220,7 @@ def test_bundle_refuses_modified_files_and_foreign_manifests(tmp_path: Path, one
 
 
 def test_bundle_module_needs_no_torch() -> None:
-    code = ("import sys, lr_opensearch.bundle.ur2n\n"
+    code = ("import sys, lr_opensearch.ur2n.bundle\n"
             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import BundleMismatchError, ConfigError
-from lr_opensearch.search.explain import score_from_inner_product
-from lr_opensearch.search.xtr import (
+from lr_opensearch.ur2n.xtr import (
     TOKEN_FIELD,
     XTRRetriever,
     check_token_index,
@@ -166,7 +166,7 @@ def test_retriever_checks_shapes_and_needs_an_encoder() -> None:
 
 
 def test_stage_clock_splits_the_wall_time_per_query() -> None:
-    from lr_opensearch.evaluation.stages import StageClock, TimedReranker
+    from lr_opensearch.evaluation.model_runs import StageClock, TimedReranker
 
     clock = StageClock()
     reranker = TimedReranker(ReverseIdReranker(), clock)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ingest.tokens import (
+from ingest.token_index import (
     TokenIngestSummary,
     ensure_token_index,
     read_records,
@@ -23,7 +23,7 @@ from ingest.tokens import (
 )
 from lr_opensearch.errors import BundleMismatchError, CorpusError
 from lr_opensearch.instructions import document_text
-from lr_opensearch.search.xtr import (
+from lr_opensearch.ur2n.xtr import (
     XTRRetriever,
     doc_of_token,
     token_adapter,
@@ -127,7 +127,7 @@ def test_eval_runs_retrieve_then_rerank_with_one_model(tmp_path: Path, opensearc
     from test_eval_integration import tiny_beir
     from test_ur2n_model import tiny_decoder
 
-    from ingest.tokens import main as ingest_main
+    from ingest.token_index import main as ingest_main
     from lr_opensearch.cli import main
     from lr_opensearch.evaluation import load_beir, read_trec
 

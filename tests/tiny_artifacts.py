@@ -92,7 +92,7 @@ def tiny_config(dense_dim: int = 16, served_dim: int | None = None, **kw: object
         normalize=False, dense_dim=dense_dim, served_dim=served_dim or dense_dim,
         max_length=64, sparse_head="tied",
         # two legs, as the tests of dense + sparse fusion expect; BM25 legs ask for them
-        dense_weight=0.7, sparse_weight=0.3, bm25_weight=0.0,
+        weights={"dense": 0.7, "sparse": 0.3},
     )
     base.update(kw)
     return BundleConfig(**base)  # type: ignore[arg-type]

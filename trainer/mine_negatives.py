@@ -38,7 +38,7 @@ MAX_QUERY_CHARS = 2000  # long queries (cropped spans) stay far below the clause
 
 
 def _connect(url: str) -> Any:
-    from lr_opensearch.search.client import make_client
+    from lr_opensearch.engine.client import make_client
 
     client = make_client(url)
     try:

@@ -2,7 +2,7 @@
 
 ``python -m trainer.ur2n --config trainer/configs/ur2n-cpu.yaml [--set section.key=value ...]``
 
-Only the XTR head (``lr_opensearch.model.ur2n.XTRHead``: the clone of the last layer, its
+Only the XTR head (``lr_opensearch.ur2n.model.XTRHead``: the clone of the last layer, its
 norm and the projection) has gradients; the backbone, hence the reranker, is untouched.
 The loss is XTR's in-batch token alignment (``trainer.losses.xtr``).
 
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from lr_opensearch.errors import ConfigError, LRError, TrainingError
-from lr_opensearch.model.ur2n import LayerInputs, TokenBatch, UR2NModel
+from lr_opensearch.ur2n.model import LayerInputs, TokenBatch, UR2NModel
 from trainer.config import OptimSettings, SourceSettings, _build, _plain, read_config_data
 from trainer.data import TrainRecord, read_records
 from trainer.losses import build_loss

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch import __version__
+from lr_opensearch import __version__, legs
 from lr_opensearch.bundle.files import (
     atomic_dir,
     check_target,
@@ -65,8 +65,8 @@ from lr_opensearch.bundle.files import (
 )
 from lr_opensearch.bundle.keys import KEY_ENCODING
 from lr_opensearch.errors import BundleError, ConfigError
+from lr_opensearch.legs import default_weights, validate_weights, weights_of
 from lr_opensearch.options import (
-    DEFAULT_WEIGHTS,
     KINDS,
     POOLINGS,
     QUERY_NORMS,
@@ -74,7 +74,6 @@ from lr_opensearch.options import (
     SPARSE_HEADS,
     SPARSE_MODES,
     choice,
-    validate_weights,
 )
 
 logger = logging.getLogger(__name__)
@@ -117,9 +116,10 @@ class BundleConfig:
     key_encoding: str = KEY_ENCODING
     instructions: Mapping[str, str] = field(default_factory=lambda: {"default": ""})
     default_instruction: str = "default"
-    dense_weight: float = DEFAULT_WEIGHTS[0]
-    sparse_weight: float = DEFAULT_WEIGHTS[1]
-    bm25_weight: float = DEFAULT_WEIGHTS[2]
+    #: fusion weight per leg (:mod:`lr_opensearch.legs`); the manifest keeps the legs of
+    #: weight > 0. Bundles written before the leg registry have one ``<leg>_weight`` field
+    #: per leg (and those before the BM25 leg none for it: 0); they load with the same id.
+    weights: Mapping[str, float] = field(default_factory=default_weights)
     fusion_semantics: str = "opensearch"
     remove_stopwords: bool = False
     #: with ``normalize``: "rows" = the table holds L2-normalised token vectors (bundles
@@ -155,10 +155,10 @@ class BundleConfig:
         if self.max_length < 1 or self.sparse_top_k < 1:
             raise BundleError("BundleConfig: max_length and sparse_top_k must be >= 1")
         try:
-            validate_weights((self.dense_weight, self.sparse_weight, self.bm25_weight),
-                             self.fusion_semantics)
+            weights = validate_weights(self.weights, self.fusion_semantics)
         except ConfigError as exc:
             raise BundleError(f"BundleConfig: fusion weights: {exc}") from None
+        object.__setattr__(self, "weights", MappingProxyType(weights))
         if not self.instructions:
             raise BundleError("BundleConfig.instructions is empty; give at least {'default': ''}")
         bad = [n for n in self.instructions if not _NAME_RE.match(n)]
@@ -173,10 +173,18 @@ class BundleConfig:
                 f"the instructions {sorted(self.instructions)}"
             )
 
+    def __getattr__(self, name: str) -> Any:
+        """``<leg>_weight``: that leg's weight (the fields of bundles before the registry)."""
+        leg = name.removesuffix("_weight")
+        if name.endswith("_weight") and leg in legs.names():
+            return float(self.__dict__.get("weights", {}).get(leg, 0.0))
+        raise AttributeError(f"'BundleConfig' object has no attribute {name!r}")
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (instructions as a plain dict)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["instructions"] = dict(self.instructions)
+        out["weights"] = {leg: w for leg, w in self.weights.items() if w > 0.0}
         if self.sparse_mode == "max":  # as written before the Medusa modes: the same ids
             for name in ("sparse_mode", "medusa_heads", "soft_top_k_temperature"):
                 del out[name]
@@ -185,14 +193,16 @@ class BundleConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "config") -> BundleConfig:
         """Build from a dict; unknown keys are ignored with a warning, missing ones are errors."""
+        legacy = {f"{leg}_weight" for leg in legs.names()} & set(data)
+        if legacy:  # written before the leg registry: one field per leg
+            data = {**{k: v for k, v in data.items() if k not in legacy},
+                    "weights": weights_of(data)}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             logger.warning("%s: ignoring unknown BundleConfig fields %s", source, unknown)
         required = [f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        if "dense_weight" in data and "bm25_weight" not in data:
-            data = {**data, "bm25_weight": 0.0}  # written before the BM25 leg: two legs
         missing = [n for n in required if n not in data]
         if missing:
             raise BundleError(f"{source}: BundleConfig fields missing: {missing}")

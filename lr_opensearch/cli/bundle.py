@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import LEGS
+from lr_opensearch.legs import weights_of
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -207,8 +207,7 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"sparse      head {cfg['sparse_head']}, top-k {cfg['sparse_top_k']}, min weight "
           f"{cfg['sparse_min_weight']}, keys {cfg['key_encoding']}, stopwords removed "
           f"{cfg['remove_stopwords']}")
-    legs = " / ".join(f"{leg} {cfg.get(f'{leg}_weight', 0.0)}" for leg in LEGS
-                      if cfg.get(f"{leg}_weight", 0.0))
+    legs = " / ".join(f"{leg} {w}" for leg, w in weights_of(cfg).items() if w)
     print(f"fusion      {legs} ({cfg['fusion_semantics']})")
     print(f"vocabulary  {info['vocab_size']} tokens, {len(info['special_token_ids'])} special excluded")
     for name, t in info["query_tables"].items():

@@ -6,33 +6,53 @@ import argparse
 import logging
 from typing import Any
 
+DEFAULT_TIMEOUT_S = 120  # seconds per request of the long-running commands (ingest)
 
-def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    """--url / --engine / --user / --password / --ca-certs / --insecure (env LR_OPENSEARCH_*
-    defaults)."""
+
+def add_connection_args(parser: Any, *, timeout: bool = False) -> None:
+    """--url / --engine / --user / --password / --ca-certs / --insecure (alias
+    --no-verify-certs) on ``parser`` (a parser or an argument group), with env LR_OPENSEARCH_*
+    defaults; ``timeout`` adds --timeout (seconds per request). The one definition for
+    ``lr``, ``python -m ingest.bulk`` and ``python -m ingest.ray_ingest``."""
     from lr_opensearch.options import ENGINE_CHOICES
 
     parser.add_argument("--url", default=None,
                         help="cluster URL (default env LR_OPENSEARCH_URL or http://127.0.0.1:9200)")
-    parser.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default=ENGINE_CHOICES[0],
                         help="what the URL points at: opensearch or elasticsearch (default "
                         "auto: the cluster is asked)")
     parser.add_argument("--user", default=None, help="basic auth user (env LR_OPENSEARCH_USER)")
     parser.add_argument("--password", default=None,
-                        help="basic auth password (env LR_OPENSEARCH_PASSWORD)")
+                        help="basic auth password (env LR_OPENSEARCH_PASSWORD; prefer it: "
+                        "arguments show in ps)")
     parser.add_argument("--ca-certs", default=None,
                         help="PEM CA bundle for https (env LR_OPENSEARCH_CA_CERTS)")
-    parser.add_argument("--insecure", action="store_true",
+    parser.add_argument("--insecure", "--no-verify-certs", dest="insecure", action="store_true",
                         help="do not verify TLS certificates (self-signed test clusters only)")
+    if timeout:
+        parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
+                            help=f"request timeout in seconds (default {DEFAULT_TIMEOUT_S})")
+
+
+def connection_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The connection arguments as keyword arguments of ``connect`` / ``ConnectionConfig``
+    (``timeout`` when the command has it)."""
+    out: dict[str, Any] = {"url": args.url, "engine": args.engine, "user": args.user,
+                           "password": args.password, "ca_certs": args.ca_certs,
+                           "verify_certs": not args.insecure}
+    if getattr(args, "timeout", None) is not None and isinstance(args.timeout, int):
+        out["timeout"] = args.timeout
+    return out
 
 
 def client_from_args(args: argparse.Namespace) -> Any:
     """The client for ``--url`` & co.: OpenSearch or Elasticsearch, as ``--engine`` says or
-    the cluster answers (:func:`lr_opensearch.search.client.connect`)."""
-    from lr_opensearch.search.client import connect
+    the cluster answers (:func:`lr_opensearch.engine.client.connect`)."""
+    from lr_opensearch.engine.client import connect
 
-    return connect(args.url, engine=args.engine, user=args.user, password=args.password,
-                   ca_certs=args.ca_certs, verify_certs=not args.insecure)
+    kwargs = connection_kwargs(args)
+    kwargs.pop("timeout", None)
+    return connect(**kwargs)
 
 
 TRANSPORT_LOGGERS = ("opensearch", "elastic_transport", "urllib3")

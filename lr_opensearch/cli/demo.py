@@ -101,11 +101,11 @@ def _recipe_key() -> str:
     import hashlib
 
     from lr_opensearch.bundle import fit, pseudo
-    from lr_opensearch.options import DEFAULT_WEIGHTS
+    from lr_opensearch.legs import default_weights
 
     facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
                   pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
-                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, fit.LAMS, DEFAULT_WEIGHTS))
+                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, fit.LAMS, sorted(default_weights().items())))
     return hashlib.sha256(facts.encode()).hexdigest()[:8]
 
 
@@ -126,9 +126,8 @@ def ensure_bundle(path: Path | None, corpus: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.search import format_hits
-    from lr_opensearch.options import LEGS
+    from lr_opensearch.engine.client import make_client
     from lr_opensearch.search import Retriever
-    from lr_opensearch.search.client import make_client
     from lr_opensearch.search.fusion import bundle_weights
 
     url = args.url
@@ -155,8 +154,8 @@ def run_demo(args: argparse.Namespace) -> int:
                                       index=index, connection=ConnectionConfig(url=url)))
         print(f"    {summary.counts}")
     retriever = Retriever(bundle, make_client(url), index)
-    legs = " / ".join(f"{w:g} {leg}" for leg, w in zip(LEGS, bundle_weights(bundle.config),
-                                                        strict=True) if w > 0)
+    legs = " / ".join(f"{w:g} {leg}" for leg, w in bundle_weights(bundle.config).items()
+                      if w > 0)
     with step(f"Hybrid search ({legs}), with explanations"):
         results = retriever.search_batch(queries, k=args.k, explain=True)
         for text, hits in zip(queries, results, strict=True):

@@ -1,7 +1,7 @@
 """``lr eval``: evaluate BM25, the full backbone and LightRetriever on BEIR-format data.
 
     lr eval --dataset ../shared/data/scifact --bundle B [--index I]
-            [--runs bm25,full-dense,lr-dense,lr-sparse,lr-hybrid,lr-hybrid-linear]
+            [--runs bm25,full-dense,lr-dense,lr-sparse,lr-hybrid,full-hybrid,...]
             [--out results/eval/scifact] [--json] [--compare]
     lr eval --compare results/eval          # table of every report found there
     lr eval --dataset D --bundle B --runs bm25,bm25+rerank,lr-hybrid,lr-hybrid+rerank,xtr,\
@@ -9,8 +9,9 @@
 
 Indexes the corpus through the ingest library (an existing index is reused when its
 bundle matches and it holds the whole corpus), runs the judged queries in batches and
-writes ``report.json``, one TREC run file per run and ``sweep.png`` (dense-weight sweep,
-for display: the defaults stay 0.7/0.3).
+writes ``report.json``, one TREC run file per run and ``sweep.png`` (a dense + sparse weight
+sweep, for display only: it never changes the bundle's default weights, which were chosen
+on SciFact train queries).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation import compare_table, load_reports, parse_runs
+from lr_opensearch.evaluation.config import MODEL_RUNS, RERANKERS, default_runs
+from lr_opensearch.options import DEFAULT_CANDIDATES, DEFAULT_RERANK_DEPTH
 
 DEFAULT_OUT = Path("results") / "eval"
 
@@ -39,7 +42,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.index and len(args.dataset) > 1:
         raise ConfigError("--index names one index; give one --dataset with it")
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.evaluation.runs import EvalConfig, evaluate
+    from lr_opensearch.evaluation.config import EvalConfig
+    from lr_opensearch.evaluation.runs import evaluate
 
     bundle = load_bundle(args.bundle)
     client = client_from_args(args)
@@ -99,29 +103,29 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--runs",
         default=None,
-        help="comma list of runs (default all: bm25,full-dense,lr-dense,lr-sparse,"
-        "lr-hybrid,lr-hybrid-linear; by name only: lr-hybrid+rerank, bm25+rerank, xtr, "
-        "xtr+rerank)",
+        help=f"comma list of runs (default: {','.join(default_runs())}; by name only: "
+        f"{', '.join(MODEL_RUNS)})",
     )
     p.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
     p.add_argument("--instruction", default=None, metavar="NAME",
                    help="the bundle's instruction (table) for every dataset (default: the table "
                         "named after the dataset if the bundle has one, else its default)")
-    p.add_argument("--depth", type=int, default=100, help="hits per query (default 100)")
-    p.add_argument("--reranker", choices=("full", "ur2n"), default="full",
+    p.add_argument("--depth", type=int, default=DEFAULT_CANDIDATES,
+                   help=f"hits per query (default {DEFAULT_CANDIDATES})")
+    p.add_argument("--reranker", choices=RERANKERS, default=RERANKERS[0],
                    help="the reranker of the bm25+rerank and lr-hybrid+rerank runs: full (the "
                    "bundle's full model, default) or ur2n (the --ur2n-bundle's true/false "
                    "reranker); xtr+rerank always uses ur2n")
     p.add_argument("--max-queries", type=int, default=None, metavar="N",
                    help="evaluate the first N judged queries only (file order; for runs too "
                    "slow for the whole set on a CPU)")
-    p.add_argument("--rerank-depth", type=int, default=20,
-                   help="hits a +rerank run rescores per query (default 20)")
+    p.add_argument("--rerank-depth", type=int, default=DEFAULT_RERANK_DEPTH,
+                   help=f"hits a +rerank run rescores per query (default {DEFAULT_RERANK_DEPTH})")
     p.add_argument("--ur2n-bundle", default=None, metavar="DIR",
                    help="UR²N bundle for the xtr runs and --reranker ur2n")
     p.add_argument("--token-index", default=None,
                    help="UR²N token index of the xtr runs (default lr-tokens-<dataset>-<UR²N "
-                   "bundle id>; write it with python -m ingest.tokens)")
+                   "bundle id>; write it with python -m ingest.token_index)")
     p.add_argument("--batch-size", type=int, default=32, help="queries per _msearch (default 32)")
     p.add_argument("--out", default=None, help="report directory (default results/eval/<dataset>)")
     p.add_argument("--no-sweep", action="store_true", help="skip the dense-weight sweep")

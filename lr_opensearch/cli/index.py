@@ -7,15 +7,16 @@ import json
 from typing import Any
 
 from lr_opensearch.cli.common import add_connection_args, client_from_args
+from lr_opensearch.engine.adapter import VECTOR_FIELDS
+from lr_opensearch.engine.client import ENGINE_NAMES
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
-from lr_opensearch.search.client import ENGINE_NAMES
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.search.adapters import make_adapter
-    from lr_opensearch.search.client import cluster_capabilities
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.client import cluster_capabilities
 
     bundle = load_bundle(args.bundle)
     client = client_from_args(args)
@@ -48,8 +49,8 @@ def _cmd_create(args: argparse.Namespace) -> int:
 
 def index_info(client: Any, index: str) -> dict[str, Any]:
     """Summary of an index: LightRetriever _meta, doc count, size, dense field settings."""
-    from lr_opensearch.search.adapters import make_adapter
-    from lr_opensearch.search.engine import DENSE_FIELD, SPARSE_FIELD
+
+    from lr_opensearch.engine.adapters import make_adapter
 
     adapter = make_adapter(client)
     mapping = adapter.index_mapping(index)
@@ -61,7 +62,7 @@ def index_info(client: Any, index: str) -> dict[str, Any]:
             "docs": stats["docs"]["count"], "store_bytes": stats["store"]["size_in_bytes"],
             "shards": int(settings["number_of_shards"]),
             "replicas": int(settings["number_of_replicas"]),
-            "dense": props.get(DENSE_FIELD), "sparse": props.get(SPARSE_FIELD)}
+            **{kind: props.get(name) for kind, name in VECTOR_FIELDS.items()}}
 
 
 def _dense_line(dense: dict[str, Any]) -> str:
@@ -86,9 +87,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"documents  {info['docs']}  ({info['store_bytes'] / 1e6:.1f} MB primary store)")
     print(f"shards     {info['shards']} x (1 + {info['replicas']} replicas)")
     print(f"bundle     {meta.get('bundle_id', '-  (not a LightRetriever index)')}")
-    print(f"dense      {_dense_line(info['dense'] or {})}")
-    print(f"sparse     {(info['sparse'] or {}).get('type', '?')}, key encoding "
-          f"{meta.get('key_encoding', '?')}")
+    dense, sparse = (info[kind] or {} for kind in VECTOR_FIELDS)
+    print(f"dense      {_dense_line(dense)}")
+    print(f"sparse     {sparse.get('type', '?')}, key encoding {meta.get('key_encoding', '?')}")
     print(f"written by lr-opensearch {meta.get('library_version', '?')}")
     return 0
 
@@ -97,7 +98,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     if args.yes != args.index:
         raise EngineError(f"refusing to delete {args.index!r}: repeat its name with "
                           f"--yes {args.index}")
-    from lr_opensearch.search.adapters import make_adapter
+    from lr_opensearch.engine.adapters import make_adapter
 
     make_adapter(client_from_args(args)).delete_index(args.index)
     print(f"deleted index {args.index}")

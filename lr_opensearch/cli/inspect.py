@@ -10,6 +10,7 @@ from typing import Any
 
 from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import DEFAULT_CANDIDATES
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
     p.add_argument("--k", type=int, default=10, help="hits per list (default %(default)s)")
-    p.add_argument("--candidates", type=int, default=100,
+    p.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
                    help="hits per leg for fusion (default %(default)s)")
     add_connection_args(p)
     p.set_defaults(func=_cmd_inspect)

@@ -23,7 +23,6 @@ from lr_opensearch.node.cluster import (
     stop_cluster,
 )
 from lr_opensearch.node.config import NodeConfig, default_node_dir
-from lr_opensearch.node.engine import DEFAULT_ENGINE, ENGINES, get_engine
 from lr_opensearch.node.install import cache_dir, install
 from lr_opensearch.node.process import (
     NodeStatus,
@@ -33,6 +32,7 @@ from lr_opensearch.node.process import (
     stop_node,
     tail,
 )
+from lr_opensearch.node.products import DEFAULT_ENGINE, ENGINES, get_engine
 
 
 def _node_dir(args: argparse.Namespace) -> Path:

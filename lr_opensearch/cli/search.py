@@ -3,8 +3,9 @@
     lr search --bundle B --index I "what is a boundary layer" [--k 10 --mode hybrid
         --weights 0.7,0.3 --fusion auto --semantics opensearch --explain --json --url URL]
 
-Prints a readable table (rank, id, title, fused / dense / sparse scores; ``--explain``
-adds the query tokens that contributed most to the sparse score), or JSON with ``--json``.
+Prints a readable table (rank, id, fused score, each leg's score, title; ``--explain`` adds
+each leg's normalised score and rank and the query tokens that contributed most to the
+sparse score), or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,23 @@ import dataclasses
 import json
 import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lr_opensearch import legs
 from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import parse_weights
+from lr_opensearch.legs import parse_weights
+from lr_opensearch.options import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_RERANK_DEPTH,
+    FUSION_PATHS,
+    SEMANTICS,
+)
+from lr_opensearch.search.explain import Explanation
 from lr_opensearch.search.hits import Hit
-from lr_opensearch.search.retriever import MODES
+
+if TYPE_CHECKING:
+    from lr_opensearch.search.rerank import Reranker
 
 TITLE_WIDTH = 48
 
@@ -35,29 +46,29 @@ def _clip(text: str, width: int) -> str:
 
 
 def format_hits(query: str, hits: Sequence[Hit], *, explain: bool = False) -> str:
-    """A readable table of hits: rank, id, fused / dense / sparse scores, title.
-
-    ``dense`` is the query-document inner product, ``sparse`` the sparse dot product
-    (``-``: that sub-query did not return the document). With ``explain`` every row is
-    followed by the normalised scores, sub-query ranks and the top query tokens
+    """A readable table of hits: rank, id, score, one column per leg that returned any of
+    them (its score as it reads: the dense inner product, the sparse dot product, BM25;
+    ``-``: that leg did not return the document), title. With ``explain`` every row is
+    followed by each leg's normalised score and rank and the top query tokens
     (``token count x doc weight = contribution``).
     """
     lines = [f"query: {query}"]
     if not hits:
         lines.append("  (no hits)")
         return "\n".join(lines)
+    columns = [name for name in legs.names() if any(name in h.scores for h in hits)]
     id_width = max(4, *(len(h.doc_id) for h in hits))
     title_width = max(
         20, min(TITLE_WIDTH, shutil.get_terminal_size((120, 20)).columns - id_width - 40)
     )
-    lines.append(f"{'rank':>4}  {'id':<{id_width}}  {'score':>8} {'dense':>8} {'sparse':>8}  title")
+    head = " ".join(f"{name:>8}" for name in columns)
+    lines.append(f"{'rank':>4}  {'id':<{id_width}}  {'score':>8} {head}  title")
     for h in hits:
-        lines.append(
-            f"{h.rank:>4}  {h.doc_id:<{id_width}}  {_num(h.score)} {_num(h.dense_score)} "
-            f"{_num(h.sparse_score)}  {_clip(h.title, title_width)}"
-        )
+        cells = " ".join(_num(h.scores.get(name)) for name in columns)
+        lines.append(f"{h.rank:>4}  {h.doc_id:<{id_width}}  {_num(h.score)} {cells}  "
+                     f"{_clip(h.title, title_width)}")
         if explain and h.explanation is not None:
-            lines.extend(_explain_lines(h))
+            lines.extend(_explain_lines(h.explanation))
     return "\n".join(lines)
 
 
@@ -98,22 +109,18 @@ def _dumps_compact_vectors(body: Any) -> str:
     return text
 
 
-def _explain_lines(hit: Hit) -> list[str]:
-    e = hit.explanation
-    assert e is not None
+def _explain_lines(e: Explanation) -> list[str]:
     pad = " " * 6
 
-    def part(name: str, raw: float | None, norm: float | None, rank: int | None) -> str:
-        if raw is None:
-            return f"{name} -"
-        extra = f", norm {norm:.4f}" if norm is not None else ""
-        return f"{name} {raw:.4f} (rank {rank}{extra})"
+    def part(name: str) -> str:
+        leg, mine = legs.get(name), e.leg(name)
+        label = f"{name} {leg.score_label}".strip()
+        if mine.score is None:
+            return f"{label} -"
+        extra = f", norm {mine.norm:.4f}" if mine.norm is not None else ""
+        return f"{label} {mine.score:.4f} (rank {mine.rank}{extra})"
 
-    legs = [part("dense ip", e.dense_ip, e.dense_norm, e.dense_rank),
-            part("sparse", e.sparse_score, e.sparse_norm, e.sparse_rank)]
-    if e.bm25_score is not None or e.bm25_rank is not None:
-        legs.append(part("bm25", e.bm25_score, e.bm25_norm, e.bm25_rank))
-    out = [pad + " | ".join(legs)]
+    out = [pad + " | ".join(part(name) for name in e.legs)]
     if e.top_tokens:
         tokens = ", ".join(
             f"{t.token!r} {t.query_count:g}x{t.doc_weight:.3f}={t.contribution:.3f}"
@@ -128,11 +135,27 @@ def _explain_lines(hit: Hit) -> list[str]:
 
 
 def hits_json(query: str, hits: Sequence[Hit]) -> dict[str, Any]:
-    """A JSON-ready dict for one query's hits."""
-    return {"query": query, "hits": [dataclasses.asdict(h) for h in hits]}
+    """A JSON-ready dict for one query's hits. Per leg, ``scores`` / the explanation's
+    ``legs``; the flat ``<leg>_score`` (and ``<leg>_norm`` / ``<leg>_rank``) keys of the
+    output before the leg registry are kept for every leg."""
+    return {"query": query, "hits": [_hit_json(h) for h in hits]}
 
 
-def _weights(text: str | None) -> tuple[float, float, float] | None:
+def _hit_json(h: Hit) -> dict[str, Any]:
+    out = dataclasses.asdict(h)
+    out["scores"] = dict(h.scores)
+    out.update({f"{name}_score": h.scores.get(name) for name in legs.names()})
+    if h.explanation is not None:
+        e = h.explanation
+        out["explanation"]["legs"] = {name: dataclasses.asdict(e.leg(name)) for name in e.legs}
+        for name in legs.names():
+            part = e.leg(name)
+            out["explanation"].update({f"{name}_score": part.engine_score,
+                                       f"{name}_norm": part.norm, f"{name}_rank": part.rank})
+    return out
+
+
+def _weights(text: str | None) -> dict[str, float] | None:
     return None if text is None else parse_weights(text)
 
 
@@ -151,50 +174,34 @@ def _filter(text: str | None) -> Any:
 def _cmd_search(args: argparse.Namespace) -> int:
     quiet_transport(args)
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import Retriever, SearchOptions
 
     bundle = load_bundle(args.bundle)
-    reranker: Any = None
+    reranker: Reranker | None = None
     if args.rerank == "full":
-        from lr_opensearch.model.rerank import FullModelReranker
+        from lr_opensearch.model.full_model import FullModelReranker
 
         reranker = FullModelReranker(bundle, args.instruction)
     elif args.rerank == "ur2n":
         if not args.ur2n_bundle:
             raise ConfigError("--rerank ur2n needs --ur2n-bundle DIR (a UR²N bundle)")
-        from lr_opensearch.model.ur2n import UR2NReranker
+        from lr_opensearch.ur2n.model import UR2NReranker
 
         reranker = UR2NReranker(args.ur2n_bundle)
-    retriever = Retriever(
-        bundle,
-        client_from_args(args),
-        args.index,
-        fusion=args.fusion,
-        semantics=args.semantics,
-        weights=_weights(args.weights),
-        candidates=args.candidates,
-        ef_search=args.ef_search,
-        instruction=args.instruction,
-        rerank=reranker,
-        rerank_depth=args.rerank_depth,
-        rerank_budget_s=args.rerank_budget,
-        sparse_min_idf=args.sparse_min_idf,
-    )
+    options = SearchOptions(
+        k=args.k, from_=args.from_, mode=args.mode, weights=_weights(args.weights),
+        fusion=args.fusion, semantics=args.semantics, candidates=args.candidates,
+        ef_search=args.ef_search, filter=_filter(args.filter), timeout=args.timeout,
+        explain=args.explain, instruction=args.instruction, rerank_depth=args.rerank_depth,
+        rerank_budget_s=args.rerank_budget)
+    retriever = Retriever(bundle, client_from_args(args), args.index, options, rerank=reranker,
+                          sparse_min_idf=args.sparse_min_idf)
     if args.dsl:
-        plans = retriever.dsl(args.query, args.k, mode=args.mode, filter=_filter(args.filter),
-                              from_=args.from_, timeout=args.timeout)
+        plans = retriever.dsl(args.query)
         print(json.dumps(plans, ensure_ascii=False, indent=2) if args.json
               else "\n\n".join(format_dsl(p) for p in plans))
         return 0
-    results = retriever.search_batch(
-        args.query,
-        args.k,
-        mode=args.mode,
-        filter=_filter(args.filter),
-        from_=args.from_,
-        timeout=args.timeout,
-        explain=args.explain,
-    )
+    results = retriever.search_batch(args.query)
     if args.json:
         print(
             json.dumps(
@@ -226,30 +233,32 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index", required=True, help="index name")
     p.add_argument("--k", type=int, default=10, help="hits per query (default 10)")
     p.add_argument("--from", dest="from_", type=int, default=0, help="offset into the ranked list")
-    p.add_argument("--mode", choices=MODES, default="hybrid",
-                   help="hybrid (the bundle's legs), or one leg alone")
+    p.add_argument("--mode", choices=legs.modes(), default=legs.HYBRID,
+                   help=f"{legs.HYBRID} (the bundle's legs), or one leg alone")
+    example = ",".join(f"{leg}={w:g}" for leg, w in legs.default_weights().items() if w)
     p.add_argument(
-        "--weights", default=None, help="weight per leg, e.g. dense=0.3,sparse=0.2,bm25=0.5 "
-        "(a leg left out is not searched; plain 0.7,0.3 means dense,sparse); default: the "
-        "bundle's"
+        "--weights", default=None, help=f"weight per leg, e.g. {example} (a leg left out is "
+        f"not searched; plain numbers name the legs in order: {', '.join(legs.names())}); "
+        "default: the bundle's"
     )
     p.add_argument(
         "--fusion",
-        choices=("auto", "server", "client"),
-        default="auto",
+        choices=FUSION_PATHS,
+        default=FUSION_PATHS[0],
         help="hybrid fusion path (auto: server when the cluster has neural-search)",
     )
     p.add_argument(
         "--semantics",
-        choices=("opensearch", "linear"),
+        choices=SEMANTICS,
         default=None,
         help="fusion semantics (default: the bundle's)",
     )
-    p.add_argument("--filter", default=None, help="JSON query clause applied to both sub-queries")
+    p.add_argument("--filter", default=None, help="JSON query clause applied to every leg")
     p.add_argument(
         "--instruction", default=None, help="query instruction name (default: the bundle's)"
     )
-    p.add_argument("--candidates", type=int, default=100, help="hits per sub-query (default 100)")
+    p.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
+                   help=f"hits per sub-query (default {DEFAULT_CANDIDATES})")
     p.add_argument("--ef-search", type=int, default=None, help="HNSW ef_search for the knn query")
     p.add_argument("--sparse-min-idf", type=float, default=0.0, metavar="X",
                    help="leave query tokens with IDF below X out of the sparse leg (default 0: "
@@ -265,7 +274,8 @@ def register(subparsers: Any) -> None:
                    "--ur2n-bundle's true/false reranker")
     p.add_argument("--ur2n-bundle", default=None, metavar="DIR",
                    help="UR²N bundle of --rerank ur2n")
-    p.add_argument("--rerank-depth", type=int, default=20, help="hits reranked (default 20)")
+    p.add_argument("--rerank-depth", type=int, default=DEFAULT_RERANK_DEPTH,
+                   help=f"hits reranked (default {DEFAULT_RERANK_DEPTH})")
     p.add_argument("--rerank-budget", type=float, default=None,
                    help="seconds of reranking per search at most (default: no limit)")
     p.add_argument("--dsl", action="store_true",

@@ -24,14 +24,6 @@ from lr_opensearch.errors import ConfigError, CorpusError
 
 logger = logging.getLogger(__name__)
 
-# lr-hybrid: the bundle's default legs and weights; the named hybrids fix their legs with
-# weights chosen on SciFact train queries (lr_opensearch.evaluation.runs.NAMED_HYBRIDS).
-RUN_NAMES = ("bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
-             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25", "lr-hybrid+rerank",
-             "bm25+rerank", "xtr", "xtr+rerank")
-# The +rerank runs run a model on the top hits of every query, the xtr runs need a UR²N
-# bundle and its token index (lr_opensearch.evaluation.stages): asked for by name
-DEFAULT_RUNS = tuple(n for n in RUN_NAMES if not (n.endswith("+rerank") or n.startswith("xtr")))
 METRIC_KEYS = {  # report key -> ir-measures measure name
     "ndcg@10": "nDCG@10",
     "recall@20": "R@20",
@@ -197,17 +189,6 @@ def read_trec(path: Path) -> Run:
             qid, _, doc_id, _rank, score, _tag = line.split()
             run.setdefault(qid, []).append((doc_id, float(score)))
     return run
-
-
-def parse_runs(text: str | Sequence[str] | None) -> list[str]:
-    """``bm25,lr-hybrid`` -> validated run names (None: all); errors list valid names."""
-    if text is None:
-        return list(DEFAULT_RUNS)
-    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
-    bad = [n for n in names if n not in RUN_NAMES]
-    if bad or not names:
-        raise ConfigError(f"unknown run(s) {bad or names!r}; valid runs: {', '.join(RUN_NAMES)}")
-    return names
 
 
 def compare_table(reports: Sequence[Mapping[str, Any]]) -> str:

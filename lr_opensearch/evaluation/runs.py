@@ -11,13 +11,16 @@ Runs (names as in the JSON report):
   / sparse 0.2 / BM25 0.4, ``opensearch``), fusion path ``auto``; ``lr-hybrid-linear``:
   the same legs with the reference ``linear`` semantics.
 * ``lr-dense+sparse``, ``lr-dense+bm25``, ``lr-dense+sparse+bm25``: fixed legs with the
-  weights of :data:`NAMED_HYBRIDS` (chosen on SciFact train queries).
+  weights of :data:`~lr_opensearch.evaluation.config.NAMED_HYBRIDS` (chosen on SciFact
+  train queries).
+* ``full-hybrid``: the reference: ``lr-hybrid``'s legs and weights with the full model's
+  query vector in the dense leg (the ``full`` leg); LR is reported as a share of it.
 
 * ``bm25+rerank``, ``lr-hybrid+rerank``: that first stage's top ``rerank_depth`` (20)
   rescored by the reranker ``EvalConfig.reranker`` names: ``full`` (the bundle's full model)
   or ``ur2n`` (the UR²N bundle's true/false reranker).
 * ``xtr``, ``xtr+rerank``: XTR retrieval over the UR²N token index (query token vectors from
-  the UR²N model, :class:`~lr_opensearch.search.xtr.XTRRetriever`), then the same model's
+  the UR²N model, :class:`~lr_opensearch.ur2n.xtr.XTRRetriever`), then the same model's
   reranker (always ``ur2n``: retrieve then rerank with one model).
 
 QPS = queries / wall seconds of the whole run (encoding + ``_msearch`` + fusion) in
@@ -34,11 +37,12 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch import legs
+from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import (
     Dataset,
@@ -46,60 +50,28 @@ from lr_opensearch.evaluation.beir import (
     compute_metrics,
     indexable_docs,
     load_beir,
-    parse_runs,
     write_trec,
 )
-from lr_opensearch.evaluation.stages import StageClock, model_searches
-from lr_opensearch.evaluation.stages import hits_of as _hits
-from lr_opensearch.options import DEFAULT_WEIGHTS, LEGS
+from lr_opensearch.evaluation.config import (
+    HYBRID_RUN,
+    LINEAR_RUN,
+    NAMED_HYBRIDS,
+    REFERENCE_RUN,
+    EvalConfig,
+    leg_runs,
+)
+from lr_opensearch.evaluation.model_runs import StageClock, model_searches
+from lr_opensearch.evaluation.model_runs import hits_of as _hits
 from lr_opensearch.progress import progress_bar
-from lr_opensearch.search.explain import score_from_inner_product
 from lr_opensearch.search.fusion import bundle_weights, fuse
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+    from lr_opensearch.search.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
 SWEEP_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
-# Hybrids with fixed legs; weights chosen on SciFact train queries (grid of 0.1, fitted
-# table, IDF sparse query weights), never on test judgments: docs/RESULTS.md.
-NAMED_HYBRIDS: dict[str, dict[str, float]] = {
-    "lr-dense+sparse": {"dense": 0.6, "sparse": 0.4},
-    "lr-dense+bm25": {"dense": 0.4, "bm25": 0.6},
-    "lr-dense+sparse+bm25": dict(zip(LEGS, DEFAULT_WEIGHTS, strict=True)),
-}
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Settings of one ``lr eval`` run.
-
-    runs: run names (see :data:`lr_opensearch.evaluation.RUN_NAMES`).
-    depth: hits retrieved per query (R@100 needs 100).
-    batch_size: queries per ``_msearch`` / encoder batch.
-    out_dir: where report.json, runs/*.trec and sweep.png go (None: nothing written).
-    sweep: compute the dense-weight sweep (needs lr-dense and lr-sparse).
-    url: cluster URL given to ingest when the corpus must be indexed.
-    instruction: the bundle's instruction (table) name for every query; None: the table
-        named after the dataset if the bundle has one, else its default
-        (:func:`lr_opensearch.instructions.dataset_instruction`).
-    """
-
-    runs: tuple[str, ...] = tuple(parse_runs(None))
-    depth: int = 100
-    batch_size: int = 32
-    out_dir: Path | None = None
-    sweep: bool = True
-    split: str = "test"
-    url: str | None = None
-    instruction: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    reranker: str = "full"  # the +rerank runs' reranker: full (LR bundle) or ur2n
-    ur2n_bundle: str | None = None  # xtr runs and reranker ur2n
-    token_index: str | None = None  # xtr runs; None: lr-tokens-<dataset>-<UR²N bundle id>
-    rerank_depth: int = 20  # hits a +rerank run rescores per query
-    max_queries: int | None = None  # the first N judged queries only (file order): CPU budgets
 
 
 def first_queries(dataset: Dataset, n: int | None) -> Dataset:
@@ -123,7 +95,7 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
 
     Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
     """
-    from lr_opensearch.search.adapters import make_adapter
+    from lr_opensearch.engine.adapters import make_adapter
 
     adapter = make_adapter(client)
     if adapter.index_exists(index):
@@ -175,33 +147,25 @@ def run_searches(
     client: Any, bundle: Bundle, index: str, dataset: Dataset, config: EvalConfig,
     instruction: str | None = None, clocks: dict[str, StageClock] | None = None,
 ) -> dict[str, tuple[Run, float]]:
-    """Every requested run: name -> (run, seconds); LR and full-dense queries use the
+    """Every requested run: name -> (run, seconds); LR and full-model queries use the
     ``instruction`` table (None: the bundle's default). ``clocks`` (when given) gets a
     :class:`StageClock` per run with a model at query time."""
     from lr_opensearch.search import Retriever
 
     k = config.depth
-    retriever = Retriever(bundle, client, index, candidates=k, instruction=instruction)
-    adapter = retriever.adapter
+    full = _FullQueries(bundle, instruction)
+    retriever = Retriever(bundle, client, index, candidates=k, instruction=instruction,
+                          input_encoders={legs.FULL_QUERY_VECTOR: full})
     searches: dict[str, Callable[[list[str]], list[list[tuple[str, float]]]]] = {
-        "lr-dense": lambda t: _hits(retriever.search_batch(t, k, mode="dense")),
-        "lr-sparse": lambda t: _hits(retriever.search_batch(t, k, mode="sparse")),
-        "lr-hybrid": lambda t: _hits(retriever.search_batch(t, k)),
-        "lr-hybrid-linear": lambda t: _hits(retriever.search_batch(t, k, semantics="linear")),
-    }
+        run: partial(_search, retriever, k, {"mode": leg}) for run, leg in leg_runs().items()}
+    searches[HYBRID_RUN] = partial(_search, retriever, k, {})
+    searches[LINEAR_RUN] = partial(_search, retriever, k, {"semantics": "linear"})
     for name, weights in NAMED_HYBRIDS.items():
-        searches[name] = partial(_hybrid, retriever, k, weights)
-
-    def bm25(texts: list[str]) -> list[list[tuple[str, float]]]:
-        bodies = [adapter.body(adapter.text_query(t), size=k, source=False) for t in texts]
-        return [
-            [(h.doc_id, h.score) for h in r.hits]
-            for r in adapter.msearch(index, bodies, what="bm25 search")
-        ]
-
-    searches["bm25"] = bm25
-    if "full-dense" in config.runs:
-        searches["full-dense"] = _full_dense(retriever, bundle, k, instruction)
+        searches[name] = partial(_search, retriever, k, {"weights": weights})
+    searches[REFERENCE_RUN] = partial(_search, retriever, k, {
+        "weights": legs.reference_weights(bundle_weights(bundle.config))})
+    if any(_needs_full(name) for name in config.runs):
+        full.load()  # outside the timing
     clocks = clocks if clocks is not None else {}
     searches.update(model_searches(client, bundle, index, dataset, config, instruction, clocks))
     out = {}
@@ -211,23 +175,33 @@ def run_searches(
     return out
 
 
-def _hybrid(retriever: Any, k: int, weights: dict[str, float],
+def _needs_full(run: str) -> bool:
+    return run == REFERENCE_RUN or leg_runs().get(run) in {
+        n for n in legs.names() if legs.get(n).input == legs.FULL_QUERY_VECTOR}
+
+
+def _search(retriever: Retriever, k: int, options: dict[str, Any],
             texts: list[str]) -> list[list[tuple[str, float]]]:
-    return _hits(retriever.search_batch(texts, k, weights=weights))
+    return _hits(retriever.search_batch(texts, k, **options))
 
 
-def _full_dense(
-    retriever: Any, bundle: Bundle, k: int, instruction: str | None = None
-) -> Callable[[list[str]], list[list[tuple[str, float]]]]:
-    """Queries through the full document encoder (loaded once, outside the timing)."""
-    from lr_opensearch.model.rerank import full_query_encoder
+class _FullQueries:
+    """The full model's query vectors (the reference legs' input), loaded once."""
 
-    encode = full_query_encoder(bundle, instruction)
+    def __init__(self, bundle: Bundle, instruction: str | None):
+        self.bundle, self.instruction = bundle, instruction
+        self.encode: Callable[[list[str]], Any] | None = None
 
-    def search(texts: list[str]) -> list[list[tuple[str, float]]]:
-        return _hits(retriever.search_encoded(encode(texts), None, k, mode="dense"))
+    def load(self) -> None:
+        if self.encode is None:
+            from lr_opensearch.model.full_model import full_query_encoder
 
-    return search
+            self.encode = full_query_encoder(self.bundle, self.instruction)
+
+    def __call__(self, texts: list[str]) -> Any:
+        self.load()
+        assert self.encode is not None
+        return self.encode(texts)
 
 
 def weight_sweep(
@@ -307,8 +281,8 @@ def evaluate(
     dataset = first_queries(load_beir(dataset_dir, config.split), config.max_queries)
     index = index or default_index_name(dataset, bundle)
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
+    from lr_opensearch.engine.adapters import client_engine
     from lr_opensearch.instructions import dataset_instruction
-    from lr_opensearch.search.adapters import client_engine
 
     table, how = dataset_instruction(bundle.instructions, dataset.name, config.instruction)
     name = bundle.resolve_instruction(table)
@@ -326,8 +300,8 @@ def evaluate(
         "index_status": indexing,
         "bundle": str(bundle.path),
         "bundle_id": bundle.bundle_id,
-        "weights": list(bundle_weights(bundle.config)),
-        "legs": list(LEGS),
+        "weights": {leg: w for leg, w in bundle_weights(bundle.config).items() if w},
+        "legs": [leg for leg, w in bundle_weights(bundle.config).items() if w],
         "semantics": bundle.config.fusion_semantics,
         "depth": config.depth,
         "max_queries": config.max_queries,
@@ -359,7 +333,7 @@ def evaluate(
                 curves,
                 config.out_dir / "sweep.png",
                 f"{dataset.name}: weight sweep",
-                bundle.config.dense_weight,
+                bundle_weights(bundle.config)[legs.names()[0]],
             )
             report["sweep_plot"] = str(png)
     if config.out_dir is not None:

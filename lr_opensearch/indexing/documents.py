@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.adapter import DENSE_FIELD, METADATA_FIELD, SPARSE_FIELD, TEXT_FIELDS
 from lr_opensearch.errors import BundleError
-from lr_opensearch.search.engine import DENSE_FIELD, METADATA_FIELD, SPARSE_FIELD, TEXT_FIELDS
 
 from .reader import Record
 

@@ -16,7 +16,7 @@ from .config import BulkSettings
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
-    from lr_opensearch.search.engine import EngineAdapter
+    from lr_opensearch.engine.adapter import EngineAdapter
 
 logger = logging.getLogger(__name__)
 

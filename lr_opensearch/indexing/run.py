@@ -39,6 +39,7 @@ from .writer import BulkWriter
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+    from lr_opensearch.engine.adapter import EngineAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
     started = time.perf_counter()
     bundle = load_bundle(config.bundle)
     _fit_hint(bundle, config)
-    from lr_opensearch.search.adapters import make_adapter
+    from lr_opensearch.engine.adapters import make_adapter
 
     adapter = make_adapter(client if client is not None else connect(config))
     ensure_index(adapter, config.index, bundle)
@@ -84,7 +85,7 @@ def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
                     config.corpus)
 
 
-def _ingest(config: IngestConfig, adapter: Any, encoder: Any, bundle: Bundle,
+def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle,
             ck: CheckpointFile | None, started: float) -> IngestSummary:
     """``run`` once the index is checked and the checkpoint locked."""
     state = load_state(config, ck)
@@ -115,7 +116,7 @@ def _ingest(config: IngestConfig, adapter: Any, encoder: Any, bundle: Bundle,
     return summary
 
 
-def _load(config: IngestConfig, adapter: Any, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
+def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
           state: CheckpointState, dl: DeadLetter, summary: IngestSummary) -> None:
     """Read, encode and write everything after the checkpoint; updates ``state``/``summary``."""
     wm = Watermark(state.line, state.offset, state.counts)

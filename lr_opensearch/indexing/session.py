@@ -14,7 +14,7 @@ from .config import IngestConfig
 from .index_setup import apply_load_settings, current_settings, final_refresh, restore_settings
 
 if TYPE_CHECKING:
-    from lr_opensearch.search.engine import EngineAdapter
+    from lr_opensearch.engine.adapter import EngineAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 def connect(config: IngestConfig) -> Any:
     """The client for ``config.connection`` (env LR_OPENSEARCH_* as defaults): OpenSearch or
     Elasticsearch, as ``connection.engine`` says or the cluster answers."""
-    from lr_opensearch.search.client import connect as connect_cluster
+    from lr_opensearch.engine.client import connect as connect_cluster
 
     c = config.connection
     return connect_cluster(c.url, engine=c.engine, user=c.user, password=c.password,

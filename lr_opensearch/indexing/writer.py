@@ -3,7 +3,7 @@
 Chunks go through a bounded queue (so memory stays bounded and a slow cluster slows the
 encoder down instead of filling RAM). Each chunk is sent with the engine client's own bulk
 helper (``opensearchpy.helpers.streaming_bulk`` or ``elasticsearch.helpers.streaming_bulk``,
-through :meth:`EngineAdapter.bulk <lr_opensearch.search.engine.EngineAdapter.bulk>`); per item:
+through :meth:`EngineAdapter.bulk <lr_opensearch.engine.adapter.EngineAdapter.bulk>`); per item:
 
 - acknowledged (2xx): settled as indexed;
 - 429, 5xx or no answer (connection error, timeout): retried, only the failed items, with
@@ -26,13 +26,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import IngestError
 
 from .checkpoint import FAILED, INDEXED, Watermark
 from .config import RetryPolicy
 from .report import DeadLetter
+
+if TYPE_CHECKING:
+    from lr_opensearch.engine.adapter import EngineAdapter
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class BulkWriter:
         seed: for the jitter (tests); None = random.
     """
 
-    def __init__(self, adapter: Any, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
+    def __init__(self, adapter: EngineAdapter, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
                  on_chunk_done: Callable[[], None], retry: RetryPolicy | None = None,
                  queue_chunks: int = 2, max_chunk_bytes: int = 50 * 1024 * 1024,
                  seed: int | None = None) -> None:

@@ -1,12 +1,13 @@
-"""The inspector: LR hybrid, LR dense, LR sparse and BM25 side by side for one query.
+"""The inspector: LR hybrid and each leg's own list side by side for one query.
 
-The page (``templates/inspect.html``) asks ``/api/search?q=...&dense=W`` for JSON: the four
-lists (top ``k``; a fifth, the full model's query vector searched densely, when the bundle's
-document encoder can run here), per hit the raw and normalised scores of each leg and the query tokens it
-matched (what ``lr search --explain`` computes), each hybrid hit's rank in BM25's list, and
-the query's tokens with their sparse weight and share of the dense vector. The dense-weight
-slider re-fuses through the same client-side fusion as every other search: the dense leg
-gets W, the other legs share 1 - W in the bundle's proportions. Every error (empty query,
+The page (``templates/inspect.html``) asks ``/api/search?q=...&<first leg>=W`` for JSON:
+the fused list and one list per leg (top ``k``; the ``full`` leg, the full model's query
+vector searched densely, when the bundle's document encoder can run here), per hit each
+leg's score and normalised score and the query tokens it matched (what ``lr search
+--explain`` computes), each hybrid hit's rank in the baseline leg's (BM25's) list, and the
+query's tokens with their sparse weight and share of the dense vector. The slider re-fuses
+through the same client-side fusion as every other search: the first leg (LR dense) gets W,
+the other legs share 1 - W in the bundle's proportions. Every error (empty query,
 unknown index, another bundle's index, node down) comes back as ``{"error": message}`` and
 the page shows the message.
 """
@@ -15,18 +16,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lr_opensearch import legs
 from lr_opensearch.errors import LRError
+from lr_opensearch.options import DEFAULT_CANDIDATES
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
+    from lr_opensearch.query import QueryEncoder
 
 logger = logging.getLogger(__name__)
 
-MODES = ("hybrid", "dense", "sparse", "bm25")
 
-
-def query_tokens(encoder: Any, text: str) -> list[dict[str, Any]]:
+def query_tokens(encoder: QueryEncoder, text: str) -> list[dict[str, Any]]:
     """The query's distinct tokens: text, count, sparse weight (0 if dropped) and share of
     the dense vector (row . q / (n q . q), summing to 1 over the tokens)."""
     q = encoder.encode(text)
@@ -51,30 +56,31 @@ def query_tokens(encoder: Any, text: str) -> list[dict[str, Any]]:
 def _hit_json(hit: Any) -> dict[str, Any]:
     e = hit.explanation
     out: dict[str, Any] = {"rank": hit.rank, "id": hit.doc_id, "score": hit.score,
-                           "title": hit.title, "dense": hit.dense_score,
-                           "sparse": hit.sparse_score}
+                           "title": hit.title}
     if e is not None:
-        out.update(dense_norm=e.dense_norm, sparse_norm=e.sparse_norm, bm25=e.bm25_score,
-                   bm25_norm=e.bm25_norm,
-                   tokens=[{"token": t.token, "count": t.query_count, "weight": t.doc_weight,
-                            "contribution": t.contribution} for t in e.top_tokens])
+        out["legs"] = [{"name": name, "score": e.leg(name).score, "norm": e.leg(name).norm}
+                       for name in e.legs]
+        out["tokens"] = [{"token": t.token, "count": t.query_count, "weight": t.doc_weight,
+                          "contribution": t.contribution} for t in e.top_tokens]
     return out
 
 
-def split_weights(defaults: Mapping[str, float], dense: float) -> dict[str, float]:
-    """Dense gets ``dense``; the other legs share the rest in the defaults' proportions."""
-    dense = min(1.0, max(0.0, float(dense)))
-    others = {leg: w for leg, w in defaults.items() if leg != "dense" and w > 0}
+def split_weights(defaults: Mapping[str, float], weight: float) -> dict[str, float]:
+    """The slider's leg (the first) gets ``weight``; the other legs share the rest in the
+    defaults' proportions (a bundle of that leg alone: the next leg gets the rest)."""
+    first, second = legs.names()[:2]
+    weight = min(1.0, max(0.0, float(weight)))
+    others = {leg: w for leg, w in defaults.items() if leg != first and w > 0}
     total = sum(others.values())
-    out = {"dense": dense}
+    out = {first: weight}
     for leg, w in others.items():
-        out[leg] = (1.0 - dense) * w / total if total else 0.0
-    if not others:  # a dense-only bundle: the slider moves weight to the sparse leg
-        out["sparse"] = 1.0 - dense
+        out[leg] = (1.0 - weight) * w / total if total else 0.0
+    if not others:
+        out[second] = 1.0 - weight
     return out
 
 
-def full_model_available(bundle: Any) -> bool:
+def full_model_available(bundle: Bundle) -> bool:
     """Whether the bundle's full document encoder can run here (torch and its weights)."""
     import importlib.util
 
@@ -82,69 +88,78 @@ def full_model_available(bundle: Any) -> bool:
 
 
 def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: str = "auto",
-               k: int = 10, candidates: int = 100, client: Any = None,
+               k: int = 10, candidates: int = DEFAULT_CANDIDATES, client: Any = None,
                full: bool | None = None) -> Any:
-    """The Flask app for ``index`` searched with the bundle at ``bundle_path``; ``full``
-    adds a fifth list, the dense search with the full model's query vector (default: when
-    the bundle's document encoder can run here; loaded on the first search)."""
+    """The Flask app for ``index`` searched with the bundle at ``bundle_path``: the fused
+    list and one list per leg whose input can be made here (the ``full`` leg's when the
+    bundle's document encoder can run here, loaded on the first search; ``full`` forces
+    it on or off)."""
     from flask import Flask, jsonify, render_template, request
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.options import LEGS
+    from lr_opensearch.engine.client import connect
     from lr_opensearch.search import Retriever
-    from lr_opensearch.search.client import connect
     from lr_opensearch.search.fusion import bundle_weights
 
     app = Flask(__name__)
     bundle = load_bundle(bundle_path)
-    defaults = dict(zip(LEGS, bundle_weights(bundle.config), strict=True))
-    state: dict[str, Any] = {"retriever": None, "full": None}
+    defaults = bundle_weights(bundle.config)
+    slider = legs.names()[0]
+    state: dict[str, Any] = {"retriever": None, "full_model": None}
     with_full = full_model_available(bundle) if full is None else full
+
+    def full_vectors(texts: list[str]) -> Any:  # loaded on first use (torch)
+        if state["full_model"] is None:
+            from lr_opensearch.model.full_model import full_query_encoder
+
+            state["full_model"] = full_query_encoder(bundle)
+        return state["full_model"](texts)
+
+    inputs = {legs.QUERY_VECTOR, legs.TOKEN_WEIGHTS, legs.QUERY_TEXT}
+    if with_full:
+        inputs.add(legs.FULL_QUERY_VECTOR)
+    shown = [leg for leg in map(legs.get, legs.names()) if leg.input in inputs]
 
     def retriever() -> Any:  # made on first use, so a page with an error still loads
         if state["retriever"] is None:
             c = client if client is not None else connect(url, engine=engine)
-            state["retriever"] = Retriever(bundle, c, index, fusion="client",
-                                           candidates=candidates)
+            state["retriever"] = Retriever(
+                bundle, c, index, fusion="client", candidates=candidates,
+                input_encoders={legs.FULL_QUERY_VECTOR: full_vectors})
         return state["retriever"]
 
     @app.get("/")
     def page() -> Any:
         return render_template("inspect.html", index=index, bundle=bundle.bundle_id,
-                               bundle_path=str(bundle.path), dense=defaults["dense"],
-                               defaults=defaults, k=k, full=with_full)
+                               bundle_path=str(bundle.path), slider=slider,
+                               slider_weight=defaults.get(slider, 0.0), k=k,
+                               lists=[(leg.name, leg.label) for leg in shown],
+                               baseline_label=legs.baseline().label)
 
     @app.get("/api/search")
     def search() -> Any:
         text = request.args.get("q", "")
         try:
-            dense = float(request.args.get("dense", defaults["dense"]))
+            weight = float(request.args.get(slider, defaults.get(slider, 0.0)))
         except ValueError:
-            return jsonify({"error": f"dense weight {request.args.get('dense')!r} is not a "
+            return jsonify({"error": f"{slider} weight {request.args.get(slider)!r} is not a "
                             "number"}), 400
         if not text.strip():
             return jsonify({"error": "type a query first: the query is empty"}), 400
         try:
             r = retriever()
-            weights = split_weights(defaults, dense)
-            lists = {"hybrid": r.search(text, k=k, weights=weights, explain=True)}
-            for mode in MODES[1:]:
-                lists[mode] = r.search(text, k=k, mode=mode, explain=mode != "bm25")
-            if with_full:
-                if state["full"] is None:
-                    from lr_opensearch.model.rerank import full_query_encoder
-
-                    state["full"] = full_query_encoder(bundle)
-                lists["full"] = r.search_encoded(state["full"]([text]), None, k, mode="dense",
-                                                 texts=[text])[0]
+            weights = split_weights(defaults, weight)
+            lists = {legs.HYBRID: r.search(text, k=k, weights=weights, explain=True)}
+            for leg in shown:
+                lists[leg.name] = r.search(text, k=k, mode=leg.name, explain=True)
             tokens = query_tokens(r.encoder, text)
         except LRError as exc:
             logger.info("inspect: %s", exc)
             return jsonify({"error": str(exc)}), 400
-        bm25_rank = {h.doc_id: h.rank for h in lists["bm25"]}
+        baseline = {h.doc_id: h.rank for h in lists.get(legs.baseline().name, [])}
         out = {mode: [_hit_json(h) for h in hits] for mode, hits in lists.items()}
-        for hit in out["hybrid"]:
-            hit["bm25_rank"] = bm25_rank.get(hit["id"])
+        for hit in out[legs.HYBRID]:
+            hit["baseline_rank"] = baseline.get(hit["id"])
         return jsonify({"query": text, "weights": weights, "lists": out, "tokens": tokens,
                         "engine": r.adapter.engine})
 

@@ -7,7 +7,6 @@ Importing this package imports torch; the query side never does.
 - ``DocEncoder``: texts -> index vectors, from a bundle (used by ingest).
 - ``projection_max``: the fused vocabulary projection + max over positions.
 - ``Framing`` / ``tokenize_texts`` / ``instruction_ids``: the one way sequences are framed.
-- ``UR2NModel`` / ``UR2NReranker``: UR²N (XTR token embeddings + true/false reranking).
 """
 
 from __future__ import annotations
@@ -16,14 +15,13 @@ from lr_opensearch.model.doc_encoder import DocBatch, DocEncoder
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.fused import naive_projection_max, projection_max, sparse_activation
 from lr_opensearch.model.heads import SparseHead
-from lr_opensearch.model.retriever import (
+from lr_opensearch.model.lightretriever import (
     ClsRetriever,
     DocOutput,
     LastTokenRetriever,
     LightRetrieverModel,
     MeanRetriever,
 )
-from lr_opensearch.model.ur2n import UR2NModel, UR2NReranker, XTRHead
 
 __all__ = [
     "ClsRetriever",
@@ -41,7 +39,4 @@ __all__ = [
     "sparse_activation",
     "special_token_ids",
     "tokenize_texts",
-    "UR2NModel",
-    "UR2NReranker",
-    "XTRHead",
 ]

@@ -21,8 +21,8 @@ import torch
 from lr_opensearch.bundle.format import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
 from lr_opensearch.model.framing import special_token_ids, tokenize_texts
+from lr_opensearch.model.lightretriever import LightRetrieverModel
 from lr_opensearch.model.medusa import MEDUSA_FILE, soft_top_k
-from lr_opensearch.model.retriever import LightRetrieverModel
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle

@@ -17,10 +17,10 @@ The CLI is ``lr node ...`` / ``python -m lr_opensearch.node ...``.
 from __future__ import annotations
 
 from lr_opensearch.node.config import NodeConfig, default_node_dir
-from lr_opensearch.node.engine import ENGINES, Engine, get_engine
 from lr_opensearch.node.install import Installation, cache_dir, install, installed
 from lr_opensearch.node.lock import load_lock
 from lr_opensearch.node.process import NodeStatus, node_status, start_node, stop_node
+from lr_opensearch.node.products import ENGINES, Engine, get_engine
 
 __all__ = [
     "ENGINES", "Engine", "Installation", "NodeConfig", "NodeStatus", "cache_dir",

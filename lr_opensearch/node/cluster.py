@@ -20,7 +20,6 @@ from pathlib import Path
 
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node.config import DEFAULT_CLUSTER, NodeConfig
-from lr_opensearch.node.engine import DEFAULT_ENGINE, get_engine
 from lr_opensearch.node.install import Installation
 from lr_opensearch.node.process import (
     NodeStatus,
@@ -29,6 +28,7 @@ from lr_opensearch.node.process import (
     stop_node,
     wait_for_health,
 )
+from lr_opensearch.node.products import DEFAULT_ENGINE, get_engine
 
 logger = logging.getLogger(__name__)
 

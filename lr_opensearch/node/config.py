@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.node.engine import DEFAULT_ENGINE, Engine, get_engine
+from lr_opensearch.node.products import DEFAULT_ENGINE, Engine, get_engine
 
 DEFAULT_HTTP_PORT = 9200  # OpenSearch's; Elasticsearch's is engine.default_http_port (9250)
 DEFAULT_HEAP = "1g"
@@ -80,7 +80,7 @@ class NodeConfig:
 
     @property
     def kind(self) -> Engine:
-        """The :class:`~lr_opensearch.node.engine.Engine` this node runs."""
+        """The :class:`~lr_opensearch.node.products.Engine` this node runs."""
         return get_engine(self.engine)
 
     @property

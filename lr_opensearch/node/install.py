@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lr_opensearch.errors import NodeError
-from lr_opensearch.node.engine import Engine, get_engine
 from lr_opensearch.node.java import JavaHome, find_java
 from lr_opensearch.node.lock import Artifact, NodeLock, load_lock, verify_artifact
+from lr_opensearch.node.products import Engine, get_engine
 from lr_opensearch.packaged import cache_dir
 
 logger = logging.getLogger(__name__)

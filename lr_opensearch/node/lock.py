@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lr_opensearch.errors import NodeError
-from lr_opensearch.node.engine import DEFAULT_ENGINE, get_engine
+from lr_opensearch.node.products import DEFAULT_ENGINE, get_engine
 
 LOCK_PATH = get_engine(DEFAULT_ENGINE).lock_path
 LOCK_FORMAT = "lr-opensearch-node-lock"
@@ -55,7 +55,7 @@ class Artifact:
 class NodeLock:
     """The parsed lock file."""
 
-    engine: str  # "opensearch" | "elasticsearch" (lr_opensearch.node.engine)
+    engine: str  # "opensearch" | "elasticsearch" (lr_opensearch.node.products)
     version: str  # the engine's version
     java_min_major: int
     java_preferred_major: int

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node.config import NodeConfig, write_node_files
-from lr_opensearch.node.engine import DEFAULT_ENGINE, Engine, get_engine
 from lr_opensearch.node.install import Installation
+from lr_opensearch.node.products import DEFAULT_ENGINE, Engine, get_engine
 
 logger = logging.getLogger(__name__)
 

@@ -1,27 +1,27 @@
 """Search: from query text to ranked, fused, explained hits on an OpenSearch or
-Elasticsearch index.
+Elasticsearch index. The legs it fuses are :mod:`lr_opensearch.legs`; the cluster calls go
+through :mod:`lr_opensearch.engine`.
 
-- ``retriever``: ``Retriever`` (server or client fusion, batches, paging, filters, explain).
+- ``retriever``: ``Retriever`` (inputs per leg, server or client fusion, batches, paging,
+  filters, explain, ``dsl()``).
+- ``request``: ``SearchOptions`` (what a search asks for, built once) and ``SearchRequest``
+  (the same resolved per batch).
 - ``fusion``: the one fusion implementation (``opensearch`` and ``linear`` semantics, RRF).
-- ``hits`` / ``explain``: hit assembly and per-hit explanations (exact scores, top tokens).
-- ``engine``: field names and what the adapters share (``_msearch`` / ``_mget`` loop, index
-  administration, bulk); ``opensearch`` / ``elasticsearch``: the two adapters side by side;
-  ``adapters``: ``make_adapter(client)``.
-- ``templates``: index bodies and hybrid search pipelines from ``index_templates/``; the
-  ``_meta`` bundle rule.
-- ``client``: ``connect`` (OpenSearch or Elasticsearch, detected), ``make_client`` (URL, TLS,
-  basic auth) and cluster capabilities.
+- ``hits`` / ``explain``: hit assembly and per-hit explanations (per-leg scores, top tokens).
+- ``rerank``: the second stage (``Reranker`` interface, ``RerankStage``).
 
 Never imports torch or transformers.
 """
 
 from __future__ import annotations
 
-from lr_opensearch.search.adapters import make_adapter
-from lr_opensearch.search.client import connect, make_client
-from lr_opensearch.search.fusion import FusedHit, FusionConfig, fuse, fuse_many, fusion_config
+from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.client import connect, make_client
+from lr_opensearch.legs import FusionConfig, fusion_config
+from lr_opensearch.search.fusion import FusedHit, fuse, fuse_many
 from lr_opensearch.search.hits import Hit
+from lr_opensearch.search.request import SearchOptions
 from lr_opensearch.search.retriever import Retriever
 
-__all__ = ["FusedHit", "FusionConfig", "Hit", "Retriever", "connect", "fuse", "fuse_many",
-           "fusion_config", "make_adapter", "make_client"]
+__all__ = ["FusedHit", "FusionConfig", "Hit", "Retriever", "SearchOptions", "connect", "fuse",
+           "fuse_many", "fusion_config", "make_adapter", "make_client"]

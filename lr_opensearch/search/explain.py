@@ -1,12 +1,8 @@
-"""Explain helpers: exact dense scores and the query tokens behind a sparse score.
+"""Explanations: each leg's score, normalised score and rank, and the query tokens behind
+a sparse score.
 
-OpenSearch (Lucene ``MAXIMUM_INNER_PRODUCT``) and Elasticsearch (``max_inner_product``)
-report an inner-product score transformed to stay positive::
-
-    score = 1 + ip        if ip >= 0
-    score = 1 / (1 - ip)  if ip < 0
-
-:func:`inner_product_from_score` inverts it. The sparse score of a ``bool.should`` of
+Each leg's score reads as its :class:`~lr_opensearch.legs.Leg` says (the dense leg's knn
+score is turned back into the inner product, :mod:`lr_opensearch.engine.scores`). The sparse score of a ``bool.should`` of
 ``rank_feature`` (linear, boost = query count) clauses is ``sum(count * doc_weight)``
 over the shared keys; :func:`token_contributions` rebuilds that sum per token from the
 document's stored ``lr_sparse`` map (exact values; the engine scores with values rounded
@@ -17,21 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from lr_opensearch import legs as leg_registry
 from lr_opensearch.bundle.keys import decode_key
 
 LUCENE_FEATURE_REL_TOL = 2.0**-8
 """Relative error bound of a rank_feature value: Lucene keeps 9 significant bits."""
-
-
-def inner_product_from_score(score: float) -> float:
-    """Recover the inner product from an engine's transformed max-inner-product score."""
-    return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
-
-
-def score_from_inner_product(ip: float) -> float:
-    """The engine's transform (the inverse of :func:`inner_product_from_score`)."""
-    return 1.0 + ip if ip >= 0.0 else 1.0 / (1.0 - ip)
 
 
 @dataclass(frozen=True)
@@ -54,36 +42,59 @@ class TokenContribution:
 
 
 @dataclass(frozen=True)
+class LegExplanation:
+    """One leg's part in a hit.
+
+    Attributes:
+        engine_score: the score as the engine returned it (dense: the transformed knn score).
+        score: how it reads (dense: the inner product; see ``Leg.score``).
+        norm: the normalised score the fusion used (RRF: the reciprocal-rank term).
+        rank: 1-based rank within the leg's list.
+    """
+
+    engine_score: float | None = None
+    score: float | None = None
+    norm: float | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
 class Explanation:
     """Why a hit scored what it scored.
 
     Attributes:
-        dense_ip: inner product of query and document vectors (recovered from the
-            engine's transformed score), None if the dense sub-query did not return it.
-        dense_engine_score: the engine's (transformed) dense score.
-        sparse_score: the engine's sparse score (approximately sum of contributions).
-        dense_norm / sparse_norm: normalised scores used by the fusion.
-        fused: the fused score (server or client).
-        dense_rank / sparse_rank: 1-based rank within each sub-query, None if missing.
+        legs: per searched leg (in sub-query order), its :class:`LegExplanation` (all None
+            when that leg did not return the document).
+        fused: the fused score (server or client); None for a one-leg search.
         sparse_from_tokens: sum of all token contributions (exact stored weights).
         top_tokens: the largest contributions, descending.
-        bm25_score / bm25_norm / bm25_rank: the BM25 leg's score, normalised score and
-            rank (None without a BM25 leg or when it did not return the document).
+
+    ``<leg>_score`` / ``<leg>_engine_score`` read the engine score, ``<leg>_norm`` /
+    ``<leg>_rank`` the fusion's (the attribute names explanations had before legs were a
+    registry; the dense inner product is ``leg("dense").score``).
     """
 
-    dense_ip: float | None
-    dense_engine_score: float | None
-    sparse_score: float | None
-    dense_norm: float | None
-    sparse_norm: float | None
+    legs: Mapping[str, LegExplanation]
     fused: float | None
-    dense_rank: int | None
-    sparse_rank: int | None
     sparse_from_tokens: float | None
     top_tokens: tuple[TokenContribution, ...]
-    bm25_score: float | None = None
-    bm25_norm: float | None = None
-    bm25_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "legs", dict(self.legs))
+
+    def leg(self, name: str) -> LegExplanation:
+        """The named leg's part (all None if it was not searched)."""
+        return self.legs.get(name) or LegExplanation()
+
+    def __getattr__(self, name: str) -> Any:
+        engine = name.endswith("_engine_score")
+        leg, _, what = name.removesuffix("_engine_score").rpartition("_")
+        if engine:
+            leg, what = name.removesuffix("_engine_score"), "score"
+        if what in ("score", "norm", "rank") and leg in leg_registry.names():
+            part = self.__dict__.get("legs", {}).get(leg) or LegExplanation()
+            return part.engine_score if what == "score" else getattr(part, what)
+        raise AttributeError(f"'Explanation' object has no attribute {name!r}")
 
 
 def token_contributions(

@@ -35,23 +35,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import numpy as np
 
+from lr_opensearch import legs as leg_registry
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import (
-    COMBINATIONS,
-    LEGS,
-    NORMALIZATIONS,
-    SEMANTICS,
-    choice,
-    validate_weights,
-)
+from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig, fusion_config
 
-DEFAULT_RANK_CONSTANT = 60
 MIN_SCORE = np.float32(0.001)  # what neural-search gives a min-max-normalised 0
 LINEAR_EPS = 1e-8  # the reference implementation's denominator epsilon
 
@@ -65,81 +58,43 @@ class FusedHit:
     Attributes:
         doc_id: the document's ``_id``.
         score: the fused score.
-        dense_score / sparse_score: the raw score of that sub-query as given to ``fuse``
-            (for OpenSearch knn: the engine's transformed score), None when not found.
-        dense_norm / sparse_norm: the normalised score of that sub-query (RRF: the
-            reciprocal-rank term), None when not found.
-        dense_rank / sparse_rank: 1-based position in that sub-query's list, or None.
-        bm25_score / bm25_norm / bm25_rank: the same for the BM25 leg (None without it).
+        scores: per leg that returned the document, its raw score as given to ``fuse``
+            (for OpenSearch knn: the engine's transformed score).
+        norms: per leg that returned it, the normalised score (RRF: the reciprocal-rank term).
+        ranks: per leg that returned it, its 1-based position in that leg's list.
+
+    ``<leg>_score`` / ``<leg>_norm`` / ``<leg>_rank`` read those mappings (None: the leg
+    did not return the document, or was not searched).
     """
 
     doc_id: str
     score: float
-    dense_score: float | None = None
-    sparse_score: float | None = None
-    dense_norm: float | None = None
-    sparse_norm: float | None = None
-    dense_rank: int | None = None
-    sparse_rank: int | None = None
-    bm25_score: float | None = None
-    bm25_norm: float | None = None
-    bm25_rank: int | None = None
+    scores: Mapping[str, float] = field(default_factory=dict)
+    norms: Mapping[str, float] = field(default_factory=dict)
+    ranks: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("scores", "norms", "ranks"):
+            object.__setattr__(self, name, dict(getattr(self, name)))
+
+    def __getattr__(self, name: str) -> Any:
+        return per_leg_attribute(self, name, {"score": "scores", "norm": "norms",
+                                              "rank": "ranks"})
 
 
-@dataclass(frozen=True)
-class FusionConfig:
-    """How to fuse: validated once by :func:`fusion_config`.
-
-    ``weights`` has one entry per leg of :data:`~lr_opensearch.options.LEGS` (dense, sparse,
-    bm25); the legs of weight 0 are not searched (``legs`` / ``leg_weights``: the others, in
-    sub-query order).
-    """
-
-    weights: tuple[float, float, float] = (0.7, 0.3, 0.0)
-    semantics: str = "opensearch"
-    normalization: str = "min_max"
-    combination: str = "arithmetic_mean"
-    rank_constant: int = DEFAULT_RANK_CONSTANT
-
-    @property
-    def legs(self) -> tuple[str, ...]:
-        return tuple(leg for leg, w in zip(LEGS, self.weights, strict=True) if w > 0.0)
-
-    @property
-    def leg_weights(self) -> tuple[float, ...]:
-        return tuple(w for w in self.weights if w > 0.0)
+def per_leg_attribute(obj: Any, name: str, fields: Mapping[str, str]) -> Any:
+    """``<leg>_<what>`` read from ``obj``'s per-leg mapping ``fields[what]`` (None when the
+    leg has no entry): the attribute names results had before legs were a registry."""
+    leg, _, what = name.rpartition("_")
+    if leg in leg_registry.names() and what in fields:
+        mapping = obj.__dict__.get(fields[what]) or {}
+        return mapping.get(leg)
+    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
-def bundle_weights(config: Any) -> tuple[float, float, float]:
-    """A bundle config's default weights per leg (older bundles have no ``bm25_weight``)."""
-    return (float(config.dense_weight), float(config.sparse_weight),
-            float(getattr(config, "bm25_weight", 0.0)))
-
-
-def fusion_config(
-    weights: Sequence[float] | Mapping[str, float] = (0.7, 0.3),
-    semantics: str = "opensearch",
-    normalization: str = "min_max",
-    combination: str = "arithmetic_mean",
-    rank_constant: int = DEFAULT_RANK_CONSTANT,
-) -> FusionConfig:
-    """Validate fusion settings; every error lists the valid options."""
-    choice("fusion semantics", semantics, SEMANTICS)
-    choice("normalization", normalization, NORMALIZATIONS)
-    choice("combination", combination, COMBINATIONS)
-    if semantics == "linear" and combination in ("geometric_mean", "harmonic_mean"):
-        raise ConfigError(
-            f"semantics 'linear' is a weighted sum; combination must be 'arithmetic_mean' or "
-            f"'rrf', got {combination!r} (use semantics 'opensearch' for {combination})"
-        )
-    if (
-        isinstance(rank_constant, bool)
-        or not isinstance(rank_constant, int)
-        or not (1 <= rank_constant <= 10_000)
-    ):
-        raise ConfigError(f"rank_constant must be an integer in [1, 10000], got {rank_constant!r}")
-    legs = validate_weights(weights, semantics)
-    return FusionConfig(legs, semantics, normalization, combination, rank_constant)
+def bundle_weights(config: Any) -> dict[str, float]:
+    """A bundle config's default weights per leg."""
+    return dict(config.weights)
 
 
 def _ranked(hits: HitList, side: str) -> tuple[list[str], np.ndarray]:
@@ -272,23 +227,20 @@ def fuse_many(
 
 
 def fuse(
-    dense_hits: HitList,
-    sparse_hits: HitList,
-    *,
-    bm25_hits: HitList | None = None,
+    *lists: HitList | Mapping[str, HitList],
     weights: Sequence[float] | Mapping[str, float] = (0.7, 0.3),
     semantics: str = "opensearch",
     normalization: str = "min_max",
     combination: str = "arithmetic_mean",
     rank_constant: int = DEFAULT_RANK_CONSTANT,
     k: int | None = None,
+    **leg_hits: HitList | None,
 ) -> list[FusedHit]:
-    """Fuse the legs' result lists (dense, sparse, optionally BM25) into one ranked list.
+    """Fuse the legs' result lists into one ranked list.
 
     Args:
-        dense_hits: ``(doc_id, score)`` pairs of the dense sub-query, best first.
-        sparse_hits: ``(doc_id, score)`` pairs of the sparse sub-query, best first.
-        bm25_hits: ``(doc_id, score)`` pairs of the BM25 sub-query (needs a bm25 weight).
+        lists: the legs' ``(doc_id, score)`` lists, best first: one mapping ``{leg: hits}``,
+            or lists in leg order (dense, sparse, ...).
         weights: (dense, sparse), (dense, sparse, bm25) or ``{leg: weight}``; a leg of
             weight 0 takes no part (as on the server, where it is not sent).
         semantics: ``opensearch`` or ``linear`` (see the module docstring).
@@ -296,25 +248,50 @@ def fuse(
         combination: ``arithmetic_mean``, ``geometric_mean``, ``harmonic_mean`` or ``rrf``.
         rank_constant: RRF's constant (1..10000).
         k: keep only the best ``k`` (None: all; larger than the union: all).
+        leg_hits: ``<leg>_hits=`` lists by keyword (e.g. the BM25 leg's).
 
     Returns:
         FusedHit list sorted by fused score descending, then doc id.
 
     Raises:
         ConfigError: an unknown option (the message lists valid ones), bad weights,
-            duplicate ids or non-finite scores.
+            a weighted leg without hits, duplicate ids or non-finite scores.
     """
     config = fusion_config(weights, semantics, normalization, combination, rank_constant)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ConfigError(f"k must be a non-negative integer or None, got {k!r}")
-    lists = {"dense": dense_hits, "sparse": sparse_hits, "bm25": bm25_hits}
-    if config.weights[2] > 0.0 and bm25_hits is None:
-        raise ConfigError("a bm25 weight was given without bm25_hits")
-    legs = config.legs
-    fused = fuse_many([lists[leg] or [] for leg in legs], config)
-    hits = []
-    for doc_id, score, raw, norm, ranks in fused:
-        per: dict[str, Any] = {f"{leg}_{what}": values[j] for j, leg in enumerate(legs)
-               for what, values in (("score", raw), ("norm", norm), ("rank", ranks))}
-        hits.append(FusedHit(doc_id=doc_id, score=score, **per))
+    given = _leg_lists(lists, leg_hits)
+    for leg in config.legs:
+        if given.get(leg) is None:
+            raise ConfigError(f"a {leg} weight was given without {leg}_hits")
+    fused = fuse_many([given[leg] or [] for leg in config.legs], config)
+    hits = [FusedHit(doc_id, score, _present(config.legs, raw), _present(config.legs, norm),
+                     _present(config.legs, ranks))
+            for doc_id, score, raw, norm, ranks in fused]
     return hits if k is None else hits[:k]
+
+
+def _present(legs: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+    """{leg: value} of the legs that returned the document (per-sub-query values)."""
+    return {leg: v for leg, v in zip(legs, values, strict=True) if v is not None}
+
+
+def _leg_lists(lists: Sequence[Any], named: Mapping[str, HitList | None]) -> dict[str, Any]:
+    """{leg: hits} from fuse()'s positional lists / mapping and ``<leg>_hits`` keywords."""
+    legs = leg_registry.names()
+    if len(lists) == 1 and isinstance(lists[0], Mapping):
+        given = dict(lists[0])
+    else:
+        if len(lists) > len(legs):
+            raise ConfigError(f"{len(lists)} hit lists for {len(legs)} legs ({', '.join(legs)})")
+        given = dict(zip(legs, lists, strict=False))
+    for key, hits in named.items():
+        leg = key.removesuffix("_hits")
+        if not key.endswith("_hits") or leg not in legs:
+            raise ConfigError(f"fuse() got an unknown argument {key!r}; give <leg>_hits with a "
+                              f"leg of {', '.join(legs)}")
+        given[leg] = hits
+    unknown = sorted(set(given) - set(legs))
+    if unknown:
+        raise ConfigError(f"unknown leg(s) {unknown}; valid legs: {', '.join(legs)}")
+    return given

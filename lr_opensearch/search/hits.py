@@ -1,22 +1,25 @@
 """Turning engine responses into ranked :class:`Hit` lists (fusion, pagination, explain).
 
 Pure functions of the engine results, so they are unit-tested without a cluster; the
-:class:`~lr_opensearch.search.Retriever` sends the requests and calls them.
+:class:`~lr_opensearch.search.Retriever` sends the requests and calls them. Every per-leg
+value is a mapping keyed by leg name; each leg's score reads as its
+:class:`~lr_opensearch.legs.Leg` says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from lr_opensearch.search.engine import EngineResult, Filter
-from lr_opensearch.search.explain import Explanation, inner_product_from_score, token_contributions
-from lr_opensearch.search.fusion import FusionConfig, fuse_many
+from lr_opensearch import legs as leg_registry
+from lr_opensearch.engine.adapter import EngineResult
+from lr_opensearch.search.explain import Explanation, LegExplanation, token_contributions
+from lr_opensearch.search.fusion import FusionConfig, fuse_many, per_leg_attribute
+from lr_opensearch.search.request import SearchRequest
 
-EXPLAIN_TOP_TOKENS = 5
-
-Legs = dict[str, Any]  # leg name ("dense", "sparse", "bm25") -> a value of that leg
+Legs = dict[str, Any]  # leg name -> a value of that leg
+FusedRow = tuple[str, float, list[Any], list[Any], list[Any]]  # fuse_many's rows
 
 
 @dataclass(frozen=True)
@@ -26,74 +29,51 @@ class Hit:
     Attributes:
         doc_id: the document ``_id``.
         rank: 1-based rank in the full result list (``from_`` included).
-        score: the ranking score (hybrid: fused; dense: inner product; sparse: dot
-            product; bm25: BM25).
-        dense_score: query-document inner product, when the dense sub-query returned the doc.
-        sparse_score: sparse dot product, when the sparse sub-query returned the doc.
+        score: the ranking score (hybrid: fused; one leg: that leg's score as it reads,
+            e.g. the dense inner product).
+        scores: per leg that returned the document, its score as it reads (``Leg.score``:
+            dense: inner product; sparse: dot product; bm25: BM25).
         source: the document ``_source`` as selected.
         explanation: filled when searched with ``explain=True``.
-        bm25_score: BM25 score, when the BM25 leg returned the doc.
         first_stage_score: after a rerank stage, the score the first stage gave (``score``
             is then the reranker's); None without reranking.
+
+    ``hit.<leg>_score`` reads ``scores`` (None: not returned by that leg).
     """
 
     doc_id: str
     rank: int
     score: float
-    dense_score: float | None = None
-    sparse_score: float | None = None
+    scores: Mapping[str, float] = field(default_factory=dict)
     source: Mapping[str, Any] | None = None
     explanation: Explanation | None = None
-    bm25_score: float | None = None
     first_stage_score: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scores", dict(self.scores))
+
+    def __getattr__(self, name: str) -> Any:
+        return per_leg_attribute(self, name, {"score": "scores"})
 
     @property
     def title(self) -> str:
         return str((self.source or {}).get("title") or "")
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    """Per-call settings, resolved once for a batch.
-
-    ``path`` is ``server`` or ``client`` for hybrid search, ``single`` for one leg alone.
-    """
-
-    k: int
-    from_: int
-    mode: str
-    path: str
-    config: FusionConfig
-    filter: Filter
-    source: Any
-    strip_sparse: bool
-    timeout: str | None
-    explain: bool
-    sparse_field: str = "lr_sparse"
-    top_tokens: int = EXPLAIN_TOP_TOKENS
-
-    @property
-    def depth(self) -> int:
-        return self.from_ + self.k
-
-    @property
-    def legs(self) -> tuple[str, ...]:
-        """The legs searched, in sub-query order."""
-        return self.config.legs if self.mode == "hybrid" else (self.mode,)
-
-
-def client_fusion(res: Sequence[EngineResult], config: FusionConfig) -> list[Any]:
+def client_fusion(res: Sequence[EngineResult], config: FusionConfig) -> list[FusedRow]:
     """Fuse the legs' results, in ``config.legs`` order (see
     :func:`lr_opensearch.search.fusion.fuse_many`).
 
-    ``opensearch`` semantics normalises the engine's (transformed) dense score, as the
-    server does; ``linear`` (the reference) normalises the raw inner product.
+    ``opensearch`` semantics normalises the engine's scores, as the server does; ``linear``
+    (the reference) normalises each leg's score as it reads (``Leg.linear_reads_score``:
+    the dense leg's raw inner product).
     """
     lists = []
-    for leg, r in zip(config.legs, res, strict=True):
+    for name, r in zip(config.legs, res, strict=True):
         hits = [(h.doc_id, h.score) for h in r.hits]
-        if leg == "dense" and config.semantics == "linear":
-            hits = [(d, inner_product_from_score(s)) for d, s in hits]
+        leg = leg_registry.get(name)
+        if leg.linear_reads_score and config.semantics == "linear":
+            hits = [(d, leg.score(s)) for d, s in hits]
         lists.append(hits)
     return fuse_many(lists, config)
 
@@ -103,7 +83,7 @@ def assemble_client(
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
     fetched: Mapping[str, Any] | None = None,
-    table: list[Any] | None = None,
+    table: list[FusedRow] | None = None,
 ) -> list[Hit]:
     """Hits of one query fused client side, cut to ``[from_, from_ + k)``.
 
@@ -164,12 +144,12 @@ def assemble_server(
 def assemble_single(
     res: EngineResult, query_sparse: Mapping[str, float] | None, req: SearchRequest
 ) -> list[Hit]:
-    """Hits of a one-leg search (score: inner product / sparse dot product / BM25)."""
+    """Hits of a one-leg search (score: that leg's score as it reads)."""
+    leg = leg_registry.get(req.mode)
     hits = []
     for pos, h in enumerate(res.hits[req.from_ : req.depth]):
         rank = req.from_ + pos + 1
-        score = inner_product_from_score(h.score) if req.mode == "dense" else h.score
-        hits.append(make_hit(h.doc_id, rank, score, {req.mode: h.score}, {},
+        hits.append(make_hit(h.doc_id, rank, leg.score(h.score), {req.mode: h.score}, {},
                              {req.mode: rank}, h.source, query_sparse, req))
     return hits
 
@@ -186,31 +166,22 @@ def make_hit(
     req: SearchRequest,
 ) -> Hit:
     """One Hit; ``engine`` holds each leg's score as the engine returned it."""
-    dense_engine = engine.get("dense")
-    sparse_raw, bm25_raw = engine.get("sparse"), engine.get("bm25")
-    ip = inner_product_from_score(dense_engine) if dense_engine is not None else None
+    scores = {name: leg_registry.get(name).score(s) for name, s in engine.items()
+              if s is not None}
     explanation = None
     if req.explain:
         doc_sparse = (source or {}).get(req.sparse_field)
         contrib = token_contributions(query_sparse or {}, doc_sparse)
         explanation = Explanation(
-            dense_ip=ip,
-            dense_engine_score=dense_engine,
-            sparse_score=sparse_raw,
-            dense_norm=norm.get("dense"),
-            sparse_norm=norm.get("sparse"),
-            fused=score if req.mode == "hybrid" else None,
-            dense_rank=ranks.get("dense"),
-            sparse_rank=ranks.get("sparse"),
+            legs={name: LegExplanation(engine.get(name), scores.get(name), norm.get(name),
+                                       ranks.get(name)) for name in req.legs},
+            fused=score if req.mode == leg_registry.HYBRID else None,
             sparse_from_tokens=sum(c.contribution for c in contrib) if doc_sparse else None,
             top_tokens=tuple(contrib[: req.top_tokens]),
-            bm25_score=bm25_raw,
-            bm25_norm=norm.get("bm25"),
-            bm25_rank=ranks.get("bm25"),
         )
     if req.strip_sparse and source is not None:
         source = {key: v for key, v in source.items() if key != req.sparse_field}
-    return Hit(doc_id, rank, score, ip, sparse_raw, source, explanation, bm25_raw)
+    return Hit(doc_id, rank, score, scores, source, explanation)
 
 
 def _engine_scores(results: Sequence[EngineResult], legs: Sequence[str]) -> dict[str, Legs]:

@@ -1,7 +1,7 @@
 """A second stage: rerank the first stage's top hits with a heavier scorer.
 
 A reranker is anything with ``name`` and ``score(query, texts) -> scores`` (higher is more
-relevant; ``lr_opensearch.model.rerank`` has the bundle's full model as one). The stage
+relevant; ``lr_opensearch.model.full_model`` has the bundle's full model as one). The stage
 lives on the query side and imports no torch: a search without a reranker stays model-free.
 
 :class:`RerankStage` takes the first ``depth`` hits, scores their ``title + text`` in
@@ -19,9 +19,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import DEFAULT_RERANK_DEPTH
 from lr_opensearch.search.hits import Hit
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,10 @@ logger = logging.getLogger(__name__)
 class Reranker(Protocol):
     """What a rerank stage needs from a scorer."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """What the scorer is, for reports ("full", "ur2n")."""
+        ...
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """One relevance score per text for ``query`` (higher is better)."""
@@ -50,7 +54,7 @@ class RerankStage:
     """Rerank the top ``depth`` hits with ``reranker`` (see the module docstring)."""
 
     reranker: Reranker
-    depth: int = 20
+    depth: int = DEFAULT_RERANK_DEPTH
     batch_size: int = 16
     budget_s: float | None = None
 
@@ -97,7 +101,7 @@ class RerankStage:
         return out
 
 
-def as_stage(rerank: Any, depth: int = 20, budget_s: float | None = None) -> RerankStage | None:
+def as_stage(rerank: Reranker | RerankStage | None, depth: int = DEFAULT_RERANK_DEPTH, budget_s: float | None = None) -> RerankStage | None:
     """A RerankStage from a stage, a reranker, or None."""
     if rerank is None or isinstance(rerank, RerankStage):
         return rerank

@@ -15,33 +15,43 @@ the fused list is cut to ``[from_, from_ + k)``; server and client paths see the
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lr_opensearch import legs as leg_registry
+from lr_opensearch.engine.adapter import EngineResult, merge_shards
+from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import choice
-from lr_opensearch.search.adapters import make_adapter
-from lr_opensearch.search.engine import EngineResult, Filter, merge_shards
-from lr_opensearch.search.fusion import FusionConfig, bundle_weights, fusion_config
+from lr_opensearch.legs import (
+    ENCODED_INPUTS,
+    QUERY_TEXT,
+    QUERY_VECTOR,
+    TOKEN_WEIGHTS,
+    FusionConfig,
+    LegContext,
+    fusion_config,
+)
+from lr_opensearch.search.fusion import bundle_weights
 from lr_opensearch.search.hits import (
     Hit,
-    SearchRequest,
     assemble_client,
     assemble_server,
     assemble_single,
     client_fusion,
 )
+from lr_opensearch.search.request import SearchOptions, SearchRequest
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+    from lr_opensearch.query import QueryEncoder
+    from lr_opensearch.search.rerank import Reranker, RerankStage
 
 logger = logging.getLogger(__name__)
 
-MODES = ("hybrid", "dense", "sparse", "bm25")  # hybrid, or one leg alone
-FUSION_PATHS = ("auto", "server", "client")
-DEFAULT_CANDIDATES = 100
+SubQueries = tuple[dict[str, Any], ...]  # one query's sub-queries, in leg order
+InputEncoder = Callable[[list[str]], Sequence[Any]]  # texts -> one input value per text
 
 
 def _timeout(timeout: float | str | None) -> str | None:
@@ -57,21 +67,20 @@ class Retriever:
         bundle: a loaded :class:`~lr_opensearch.bundle.Bundle`.
         client: an OpenSearch (or Elasticsearch) client.
         index: the index name; its ``_meta`` bundle id must equal ``bundle.bundle_id``.
-        fusion: ``auto`` (server when possible), ``server`` or ``client``.
-        semantics: fusion semantics, default the bundle's (``opensearch`` or ``linear``).
-        weights: per leg: (dense, sparse[, bm25]) or ``{leg: weight}``, default the bundle's
-            (a leg of weight 0 is not searched; BM25 runs ``multi_match`` over title + text).
-        normalization / combination / rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
-        candidates: hits retrieved per sub-query (at least ``from_ + k``).
-        ef_search: HNSW ``ef_search`` for the knn query (None: the index default).
-        instruction: default query instruction name (None: the bundle's default).
+        options: the default :class:`~lr_opensearch.search.request.SearchOptions` of every
+            search (weights None: the bundle's; semantics None: the bundle's).
         encoder: a ready query encoder (default: ``QueryEncoder(bundle)``).
-        check_bundle: verify the index ``_meta`` bundle id first (default True).
         rerank: a second stage (:mod:`lr_opensearch.search.rerank`): a reranker (its top
-            ``rerank_depth`` hits rescored, at most ``rerank_budget_s`` seconds a search) or
-            a ready ``RerankStage``; None (default): no model at query time.
+            ``options.rerank_depth`` hits rescored, at most ``options.rerank_budget_s``
+            seconds a search) or a ready ``RerankStage``; None (default): no model at query
+            time.
+        check_bundle: verify the index ``_meta`` bundle id first (default True).
         sparse_min_idf: prune the sparse query: tokens with IDF below it are not sent
             (see ``QueryEncoder``; 0, the default, keeps all). Ignored with ``encoder``.
+        input_encoders: per query input that neither the query encoder nor the text gives
+            (a registered leg's ``input``), a function from texts to one value per text.
+        **option_overrides: fields of ``SearchOptions`` (``weights=``, ``fusion=``,
+            ``candidates=``, ...), applied to ``options``.
     """
 
     def __init__(
@@ -79,181 +88,143 @@ class Retriever:
         bundle: Bundle,
         client: Any,
         index: str,
+        options: SearchOptions | None = None,
         *,
-        fusion: str = "auto",
-        semantics: str | None = None,
-        weights: Sequence[float] | Mapping[str, float] | None = None,
-        normalization: str = "min_max",
-        combination: str = "arithmetic_mean",
-        rank_constant: int = 60,
-        candidates: int = DEFAULT_CANDIDATES,
-        ef_search: int | None = None,
-        instruction: str | None = None,
-        encoder: Any = None,
+        encoder: QueryEncoder | Any = None,
+        rerank: Reranker | RerankStage | None = None,
         check_bundle: bool = True,
-        rerank: Any = None,
-        rerank_depth: int = 20,
-        rerank_budget_s: float | None = None,
         sparse_min_idf: float = 0.0,
+        input_encoders: Mapping[str, InputEncoder] | None = None,
+        **option_overrides: Any,
     ):
         self.bundle = bundle
         self.index = index
         self.adapter = make_adapter(client)
-        self.fusion = choice("fusion", fusion, FUSION_PATHS)
+        base = (options or SearchOptions()).replace(**option_overrides)
         cfg = bundle.config
-        self.defaults = fusion_config(
-            weights if weights is not None else bundle_weights(cfg),
-            semantics or cfg.fusion_semantics,
-            normalization,
-            combination,
-            rank_constant,
-        )
-        if candidates < 1:
-            raise ConfigError(f"candidates must be >= 1, got {candidates}")
-        self.candidates = int(candidates)
-        self.ef_search = ef_search
-        self.instruction = instruction
+        self.options = base.replace(
+            weights=base.weights if base.weights is not None else bundle_weights(cfg),
+            semantics=base.semantics or cfg.fusion_semantics)
+        self.defaults = self._fusion(self.options)
+        self.input_encoders = dict(input_encoders or {})
         self._told: set[str] = set()
         self._shards: int | None = None
         from lr_opensearch.search.rerank import as_stage
 
-        self.rerank = as_stage(rerank, rerank_depth, rerank_budget_s)
+        self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
         if encoder is None:
             from lr_opensearch.query import QueryEncoder
 
-            encoder = QueryEncoder(bundle, instruction=instruction, sparse_min_idf=sparse_min_idf)
+            encoder = QueryEncoder(bundle, instruction=self.options.instruction,
+                                   sparse_min_idf=sparse_min_idf)
         self.encoder = encoder
+
+    @property
+    def candidates(self) -> int:
+        return self.options.candidates
+
+    @property
+    def instruction(self) -> str | None:
+        return self.options.instruction
 
     # ---- public API ----------------------------------------------------------------
     def search(
-        self, text: str | Sequence[str], k: int = 10, **kwargs: Any
+        self, text: str | Sequence[str], k: int | None = None, **overrides: Any
     ) -> list[Hit] | list[list[Hit]]:
         """Search one text (-> list of hits) or several (-> one list per text).
 
-        Keyword arguments are those of :meth:`search_batch`.
+        ``overrides``: fields of :class:`~lr_opensearch.search.request.SearchOptions` for
+        this search (``mode=``, ``weights=``, ``filter=``, ``explain=``, ...).
         """
         if isinstance(text, str):
-            return self.search_batch([text], k, **kwargs)[0]
-        return self.search_batch(list(text), k, **kwargs)
+            return self.search_batch([text], k, **overrides)[0]
+        _check_texts(text)
+        return self.search_batch(list(text), k, **overrides)
 
-    def search_batch(
-        self,
-        texts: Sequence[str],
-        k: int = 10,
-        *,
-        mode: str = "hybrid",
-        weights: Sequence[float] | Mapping[str, float] | None = None,
-        fusion: str | None = None,
-        semantics: str | None = None,
-        filter: Filter = None,
-        instruction: str | None = None,
-        from_: int = 0,
-        source: Any = None,
-        timeout: float | str | None = None,
-        explain: bool = False,
-    ) -> list[list[Hit]]:
-        """Encode and search a batch of texts through ``_msearch``.
-
-        Args:
-            texts: query texts (each must tokenize to at least one token).
-            k: hits per query; from_: offset into the ranked (fused) list.
-            mode: ``hybrid``, or one leg alone: ``dense``, ``sparse`` or ``bm25``.
-            weights, semantics: override the retriever's fusion defaults.
-            fusion: ``auto``, ``server`` or ``client`` (default: the retriever's).
-            filter: a query clause or list of clauses applied to both sub-queries.
-            instruction: query instruction name (default: the retriever's / bundle's).
-            source: ``_source`` selection (None: everything except the vector fields;
-                False: nothing; a list of fields; or an engine ``_source`` object).
-            timeout: per-search engine timeout (seconds or an engine string like "2s").
-            explain: attach an :class:`Explanation` to every hit.
-        """
+    def search_batch(self, texts: Sequence[str], k: int | None = None,
+                     **overrides: Any) -> list[list[Hit]]:
+        """Encode and search a batch of texts through ``_msearch``; ``overrides`` as in
+        :meth:`search`. Each text must tokenize to at least one token."""
+        _check_texts(texts)
+        opts = self.options.replace(k=k, **overrides)
         texts = list(texts)
         if self.rerank is not None:  # the first stage returns the reranked depth, from 0
-            depth = max(from_ + k, self.rerank.depth)
-            first = self._first_stage(texts, depth, mode=mode, weights=weights, fusion=fusion,
-                                      semantics=semantics, filter=filter,
-                                      instruction=instruction, source=source, timeout=timeout,
-                                      explain=explain)
-            return [self.rerank.apply(t, hits)[from_ : from_ + k]
+            first = self._first_stage(texts, opts.replace(
+                k=max(opts.from_ + opts.k, self.rerank.depth), from_=0))
+            return [self.rerank.apply(t, hits)[opts.from_ : opts.from_ + opts.k]
                     for t, hits in zip(texts, first, strict=True)]
-        return self._first_stage(texts, k, mode=mode, weights=weights, fusion=fusion,
-                                 semantics=semantics, filter=filter, instruction=instruction,
-                                 from_=from_, source=source, timeout=timeout, explain=explain)
+        return self._first_stage(texts, opts)
 
-    def _first_stage(self, texts: list[str], k: int, *, mode: str, weights: Any, fusion: Any,
-                     semantics: Any, filter: Filter, instruction: str | None, from_: int = 0,
-                     source: Any = None, timeout: Any = None,
-                     explain: bool = False) -> list[list[Hit]]:
-        if mode == "bm25":  # no encoding: the engine analyses the text
-            return self.search_encoded(None, None, k, mode=mode, texts=texts, filter=filter,
-                                       from_=from_, source=source, timeout=timeout,
-                                       explain=explain)
-        batch = self.encoder.encode_batch(texts, instruction=instruction or self.instruction)
-        return self.search_encoded(
-            batch.dense,
-            batch.sparse,
-            k,
-            texts=texts,
-            mode=mode,
-            weights=weights,
-            fusion=fusion,
-            semantics=semantics,
-            filter=filter,
-            from_=from_,
-            source=source,
-            timeout=timeout,
-            explain=explain,
-        )
+    def _first_stage(self, texts: list[str], opts: SearchOptions) -> list[list[Hit]]:
+        req = self._request(opts)
+        return self._search(self.inputs(texts, req.legs, opts.instruction), req, len(texts))
+
+    def inputs(self, texts: Sequence[str], legs: Sequence[str],
+               instruction: str | None = None) -> dict[str, Any]:
+        """Every input the ``legs`` search with, per text: the query encoder's (one encode
+        call), the texts, and those of ``input_encoders``."""
+        needed = {leg_registry.get(name).input for name in legs}
+        out: dict[str, Any] = {}
+        if needed & set(ENCODED_INPUTS):
+            batch = self.encoder.encode_batch(list(texts),
+                                              instruction=instruction or self.instruction)
+            out[QUERY_VECTOR], out[TOKEN_WEIGHTS] = batch.dense, batch.sparse
+        if QUERY_TEXT in needed:
+            out[QUERY_TEXT] = list(texts)
+        for name in sorted(needed - set(out)):
+            encode = self.input_encoders.get(name)
+            if encode is None:
+                raise ConfigError(f"no input encoder for {name!r}, which leg(s) "
+                                  f"{', '.join(sorted(n for n in legs if leg_registry.get(n).input == name))} "
+                                  f"search with; give Retriever(input_encoders={{{name!r}: fn}})")
+            out[name] = encode(list(texts))
+        return out
 
     def search_encoded(
         self,
-        dense: np.ndarray | None,
-        sparse: Sequence[Mapping[str, float]] | None,
-        k: int = 10,
+        dense: np.ndarray | None = None,
+        sparse: Sequence[Mapping[str, float]] | None = None,
+        k: int | None = None,
         *,
         texts: Sequence[str] | None = None,
-        mode: str = "hybrid",
-        weights: Sequence[float] | Mapping[str, float] | None = None,
-        fusion: str | None = None,
-        semantics: str | None = None,
-        filter: Filter = None,
-        from_: int = 0,
-        source: Any = None,
-        timeout: float | str | None = None,
-        explain: bool = False,
+        inputs: Mapping[str, Sequence[Any]] | None = None,
+        **overrides: Any,
     ) -> list[list[Hit]]:
-        """Search already encoded queries. dense: [n, served_dim] float32; sparse: n
-        key->weight maps; texts: the n query texts (needed by the BM25 leg).
+        """Search already encoded queries. dense: [n, served_dim] float32 (the query
+        vector input); sparse: n key->weight maps (the token-weight input); texts: the n
+        query texts (the text input, for BM25); inputs: any input by name.
 
         Lets other query encoders (e.g. the full backbone, for baselines) share this path.
         """
-        req = self._request(
-            k, mode, weights, fusion, semantics, filter, from_, source, timeout, explain
-        )
-        given = {"dense": dense, "sparse": sparse, "bm25": texts}
-        needs = {"dense": "dense query vectors", "sparse": "sparse query maps",
-                 "bm25": "the query texts (texts=...)"}
-        for leg in req.legs:
-            if given[leg] is None:
-                raise ConfigError(f"mode {mode!r} with legs {', '.join(req.legs)} needs "
-                                  f"{needs[leg]}")
-        n = len(next(v for v in (given[leg] for leg in req.legs) if v is not None))
-        if n == 0:
-            return []
-        sub = self._sub_queries(dense, sparse, texts, req, n)
+        given: dict[str, Any] = dict(inputs or {})
+        for name, value in ((QUERY_VECTOR, dense), (TOKEN_WEIGHTS, sparse), (QUERY_TEXT, texts)):
+            if value is not None:
+                given[name] = value
+        req = self._request(self.options.replace(k=k, **overrides))
+        for name in req.legs:
+            leg = leg_registry.get(name)
+            if given.get(leg.input) is None:
+                raise ConfigError(f"mode {req.mode!r} with legs {', '.join(req.legs)} needs "
+                                  f"{leg.needs}")
+        n = len(next(given[leg_registry.get(name).input] for name in req.legs))
+        return self._search(given, req, n) if n else []
+
+    def _search(self, inputs: Mapping[str, Any], req: SearchRequest, n: int) -> list[list[Hit]]:
+        sub = self._sub_queries(inputs, req, n)
+        sparse = inputs.get(TOKEN_WEIGHTS)
         if req.path == "server":
             return self._run_server(sub, sparse, req)
         fetch = self._fetch_after(req)
         source = False if fetch else req.source
         if req.path == "single":
-            bodies = [self.adapter.body(pair[0], size=self._size(req), source=source,
+            bodies = [self.adapter.body(pair[0], size=req.size, source=source,
                                         timeout=req.timeout) for pair in sub]
-            results = self.adapter.msearch(self.index, bodies, what=f"{mode} search")
+            results = self.adapter.msearch(self.index, bodies, what=f"{req.mode} search")
             return [assemble_single(res, sparse[i] if sparse is not None else None, req)
                     for i, res in enumerate(results)]
-        grouped = self._search_legs(sub, req, source, what=f"{mode} search")
+        grouped = self._search_legs(sub, req, source, what=f"{req.mode} search")
         tables = [client_fusion(res, req.config) for res in grouped]
         fetched = None
         if fetch:
@@ -279,10 +250,11 @@ class Retriever:
                  and self.shards > 1)
         return list(range(self.shards)) if split else [None]
 
-    def dsl(self, texts: Sequence[str], k: int = 10, **kwargs: Any) -> list[dict[str, Any]]:
-        """The exact requests :meth:`search_batch` sends for ``texts`` (same keyword
-        arguments, ``explain`` excepted), without sending them: to paste into Dev Tools or
-        a search-relevance comparison.
+    def dsl(self, texts: Sequence[str], k: int | None = None,
+            **overrides: Any) -> list[dict[str, Any]]:
+        """The exact requests :meth:`search_batch` sends for ``texts`` (same options,
+        ``explain`` excepted), without sending them: to paste into Dev Tools or a
+        search-relevance comparison.
 
         Returns, per text: ``query``, ``path`` (``server``: one ``_search`` the engine
         fuses, its normalization pipeline inline; ``client``: one ``_search`` per leg (and
@@ -290,27 +262,19 @@ class Retriever:
         ``engine``, ``fusion`` (legs, weights, semantics, normalization, combination) and
         ``requests`` (``method``, ``path``, ``body``, and ``leg`` for client fusion).
         """
-        instruction = kwargs.pop("instruction", None)
-        mode = kwargs.pop("mode", "hybrid")
-        req = self._request(k, mode, kwargs.pop("weights", None), kwargs.pop("fusion", None),
-                            kwargs.pop("semantics", None), kwargs.pop("filter", None),
-                            kwargs.pop("from_", 0), kwargs.pop("source", None),
-                            kwargs.pop("timeout", None), False)
-        if kwargs:
-            raise ConfigError(f"dsl() got unknown argument(s) {sorted(kwargs)}")
+        texts = [texts] if isinstance(texts, str) else texts
+        _check_texts(texts)
+        req = self._request(self.options.replace(k=k, **overrides).replace(explain=False))
         texts = list(texts)
-        dense = sparse = None
-        if mode != "bm25":
-            batch = self.encoder.encode_batch(texts, instruction=instruction or self.instruction)
-            dense, sparse = batch.dense, batch.sparse
-        sub = self._sub_queries(dense, sparse, texts, req, len(texts))
+        sub = self._sub_queries(self.inputs(texts, req.legs, req.options.instruction), req,
+                                len(texts))
         search = f"/{self.index}/_search"
         c = req.config
         out = []
         for text, pair in zip(texts, sub, strict=True):
             if req.path == "server":
                 requests = [{"method": "GET", "path": search, "body": self.adapter.hybrid_body(
-                    pair, c, size=req.depth, depth=self._size(req), source=req.source,
+                    pair, c, size=req.depth, depth=req.size, source=req.source,
                     timeout=req.timeout)}]
             elif req.path == "single":
                 requests = [{"method": "GET", "path": search, "body": self.adapter.body(
@@ -319,7 +283,7 @@ class Retriever:
                 requests = [
                     {"leg": leg, "method": "GET",
                      "path": search + ("" if shard is None else f"?preference=_shards:{shard}"),
-                     "body": self.adapter.body(q, size=self._size(req), source=False,
+                     "body": self.adapter.body(q, size=req.size, source=False,
                                                timeout=req.timeout)}
                     for leg, q in zip(req.legs, pair, strict=True)
                     for shard in self._shard_ids(req)]
@@ -332,7 +296,7 @@ class Retriever:
         return out
 
     def _search_legs(
-        self, sub: list[tuple[dict[str, Any], ...]], req: SearchRequest, source: Any, what: str
+        self, sub: list[SubQueries], req: SearchRequest, source: Any, what: str
     ) -> list[list[EngineResult]]:
         """Run every query's legs (one ``_msearch``); per query, one result per leg.
 
@@ -347,7 +311,7 @@ class Retriever:
         bodies, prefs = [], []
         for pair in sub:
             for q in pair:
-                body = self.adapter.body(q, size=self._size(req), source=source,
+                body = self.adapter.body(q, size=req.size, source=source,
                                          timeout=req.timeout)
                 for shard in shard_ids:
                     bodies.append(body)
@@ -365,50 +329,26 @@ class Retriever:
         return grouped
 
     # ---- internals -----------------------------------------------------------------
-    def _request(
-        self,
-        k: int,
-        mode: str,
-        weights: Sequence[float] | Mapping[str, float] | None,
-        fusion: str | None,
-        semantics: str | None,
-        filter: Filter,
-        from_: int,
-        source: Any,
-        timeout: float | str | None,
-        explain: bool,
-    ) -> SearchRequest:
-        choice("mode", mode, MODES)
-        if k < 1 or from_ < 0:
-            raise ConfigError(f"k must be >= 1 and from_ >= 0, got k={k}, from_={from_}")
-        d = self.defaults
-        config = d
-        if weights is not None or semantics is not None:
-            config = fusion_config(
-                weights if weights is not None else d.weights,
-                semantics or d.semantics,
-                d.normalization,
-                d.combination,
-                d.rank_constant,
-            )
-        path = "single" if mode != "hybrid" else self._resolve_path(fusion or self.fusion, config)
-        src, strip = self._source_spec(source, explain)
-        return SearchRequest(
-            k,
-            from_,
-            mode,
-            path,
-            config,
-            filter,
-            src,
-            strip,
-            _timeout(timeout),
-            explain,
-            sparse_field=self.adapter.sparse_field,
-        )
+    def _fusion(self, opts: SearchOptions) -> FusionConfig:
+        assert opts.weights is not None and opts.semantics is not None  # set in __init__
+        return fusion_config(opts.weights, opts.semantics, opts.normalization,
+                             opts.combination, opts.rank_constant)
+
+    def _request(self, opts: SearchOptions) -> SearchRequest:
+        """The options resolved once: fusion config, path, source selection."""
+        config = self.defaults
+        if (opts.weights, opts.semantics, opts.normalization, opts.combination,
+                opts.rank_constant) != (self.options.weights, self.options.semantics,
+                                        self.options.normalization, self.options.combination,
+                                        self.options.rank_constant):
+            config = self._fusion(opts)
+        hybrid = opts.mode == leg_registry.HYBRID
+        path = self._resolve_path(opts.fusion, config) if hybrid else "single"
+        src, strip = self._source_spec(opts.source, opts.explain)
+        return SearchRequest(opts, path, config, src, strip, _timeout(opts.timeout),
+                             sparse_field=self.adapter.sparse_field)
 
     def _resolve_path(self, fusion: str, config: FusionConfig) -> str:
-        choice("fusion", fusion, FUSION_PATHS)
         if fusion == "client":
             return "client"
         why = self.adapter.server_fusion_blocker(config)
@@ -443,41 +383,21 @@ class Retriever:
         after, in one ``_mget``: client fusion pulls ``candidates`` hits per leg but returns
         ``k``; the server's hybrid search returns the page, but filtering sources in its
         fetch phase costs several times the search (measured: 143 vs 30 ms a search)."""
-        return req.source is not False and req.path != "single" and self._size(req) > req.depth
+        return req.source is not False and req.path != "single" and req.size > req.depth
 
-    def _size(self, req: SearchRequest) -> int:
-        return max(self.candidates, req.depth) if req.path != "single" else req.depth
-
-    def _sub_queries(
-        self,
-        dense: np.ndarray | None,
-        sparse: Sequence[Mapping[str, float]] | None,
-        texts: Sequence[str] | None,
-        req: SearchRequest,
-        n: int,
-    ) -> list[tuple[dict[str, Any], ...]]:
-        """Per query, one sub-query per leg in ``req.legs`` order."""
-        knn_k = max(self.candidates, req.depth)
-        out: list[tuple[dict[str, Any], ...]] = []
-        for i in range(n):
-            parts: list[dict[str, Any]] = []
-            for leg in req.legs:
-                if leg == "dense":
-                    assert dense is not None
-                    parts.append(self.adapter.dense_query(
-                        dense[i], k=knn_k, filter=req.filter, ef_search=self.ef_search))
-                elif leg == "sparse":
-                    assert sparse is not None
-                    parts.append(self.adapter.sparse_query(sparse[i], filter=req.filter))
-                else:
-                    assert texts is not None
-                    parts.append(self.adapter.text_query(texts[i], filter=req.filter))
-            out.append(tuple(parts))
-        return out
+    def _sub_queries(self, inputs: Mapping[str, Any], req: SearchRequest,
+                     n: int) -> list[SubQueries]:
+        """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
+        says from its input."""
+        ctx = LegContext(k=max(req.options.candidates, req.depth), filter=req.filter,
+                         ef_search=req.options.ef_search)
+        built = [leg_registry.get(name) for name in req.legs]
+        return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
+                for i in range(n)]
 
     def _run_server(
         self,
-        sub: list[tuple[dict[str, Any], ...]],
+        sub: list[SubQueries],
         sparse: Sequence[Mapping[str, float]] | None,
         req: SearchRequest,
     ) -> list[list[Hit]]:
@@ -486,7 +406,7 @@ class Retriever:
         # costs ~4x the search here); the page's sources come in one _mget
         fetch = self._fetch_after(req)
         bodies = [
-            self.adapter.hybrid_body(pair, req.config, size=req.depth, depth=self._size(req),
+            self.adapter.hybrid_body(pair, req.config, size=req.depth, depth=req.size,
                                      source=False if fetch else req.source,
                                      timeout=req.timeout)
             for pair in sub
@@ -506,4 +426,12 @@ class Retriever:
         return out
 
 
-__all__ = ["Hit", "Retriever", "make_adapter"]
+def _check_texts(texts: Any) -> None:
+    """Query texts must be a string or a sequence of strings (not None, not numbers)."""
+    items = [texts] if isinstance(texts, str) else texts
+    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Sequence) or not all(
+            isinstance(t, str) for t in items):
+        raise ConfigError(f"query text must be a str or a list of str, got {texts!r:.80}")
+
+
+__all__ = ["Hit", "Retriever", "SearchOptions", "make_adapter"]

@@ -1,5 +1,12 @@
-"""Training losses, one class per file, all with the call signature
-``loss(query [B, D], docs [B*G, D], *, teacher=None, step=0) -> LossOutput``.
+"""Training losses, one class per file, each returning a ``LossOutput``.
+
+Two call signatures (each file's docstring has the shapes):
+
+- query / document embeddings: ``loss(query [B, D], docs [B*G, D], *, teacher=None,
+  step=0)``: ``contrastive``, ``flops``, ``matryoshka``, ``kl_alignment``,
+  ``s_matryoshka``; ``xtr`` takes per-token embeddings in the same two slots;
+- score or logit matrices: ``rrf_hybrid(sparse_scores, dense_scores, *, group, ...)`` and
+  ``self_distill(student, teacher=None, ...)``.
 
 ``build_loss(name, **kwargs)`` looks a loss up by name; an unknown name is a
 ConfigError listing the valid ones.

@@ -19,16 +19,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch import legs
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import indexable_docs
+from lr_opensearch.evaluation.config import MODEL_RUNS, RERANKERS, XTR_RUN, EvalConfig
 from lr_opensearch.options import choice
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
     from lr_opensearch.evaluation.beir import Dataset
-    from lr_opensearch.evaluation.runs import EvalConfig
+    from lr_opensearch.search.rerank import Reranker
+    from lr_opensearch.search.retriever import Retriever
 
-RERANKERS = ("full", "ur2n")
 
 
 @dataclass
@@ -59,7 +61,7 @@ class StageClock:
 class TimedReranker:
     """A reranker whose ``score`` time goes to a clock's ``rerank`` stage."""
 
-    reranker: Any
+    reranker: Reranker
     clock: StageClock
 
     @property
@@ -82,41 +84,42 @@ def model_searches(client: Any, bundle: Bundle, index: str, dataset: Dataset,
     from lr_opensearch.search import Retriever
 
     k, depth = config.depth, config.rerank_depth
-    wanted = [n for n in config.runs if n.endswith("+rerank") or n.startswith("xtr")]
+    wanted = [n for n in config.runs if n in MODEL_RUNS]
     if not wanted:
         return {}
     choice("reranker", config.reranker, RERANKERS)
     ur2n = _ur2n_model(config) if config.reranker == "ur2n" or any(
-        n.startswith("xtr") for n in wanted) else None
+        n.startswith(XTR_RUN) for n in wanted) else None
     searches: dict[str, Any] = {}
     for name in wanted:
         clock = clocks.setdefault(name, StageClock())
-        if name.startswith("xtr"):
+        if name.startswith(XTR_RUN):
             searches[name] = _xtr_search(client, dataset, config, ur2n, clock, name, depth)
             continue
         if config.reranker == "ur2n":
-            from lr_opensearch.model.ur2n import UR2NReranker
+            from lr_opensearch.ur2n.model import UR2NReranker
 
             assert ur2n is not None  # loaded above for reranker ur2n
-            scorer: Any = UR2NReranker(ur2n)
+            scorer: Reranker = UR2NReranker(ur2n)
         else:
-            from lr_opensearch.model.rerank import FullModelReranker
+            from lr_opensearch.model.full_model import FullModelReranker
 
             scorer = FullModelReranker(bundle, instruction)
         reranked = Retriever(bundle, client, index, candidates=k, instruction=instruction,
                              rerank=TimedReranker(scorer, clock), rerank_depth=depth,
                              check_bundle=False)
-        mode = "bm25" if name == "bm25+rerank" else "hybrid"
+        baseline = legs.baseline()
+        mode = baseline.name if name.startswith(baseline.run + "+") else legs.HYBRID
         searches[name] = partial(_reranked, reranked, k, mode)
     return searches
 
 
-def _reranked(retriever: Any, k: int, mode: str, texts: list[str]) -> list[list[tuple[str, float]]]:
+def _reranked(retriever: Retriever, k: int, mode: str, texts: list[str]) -> list[list[tuple[str, float]]]:
     return hits_of(retriever.search_batch(texts, k, mode=mode))
 
 
 def _ur2n_model(config: EvalConfig) -> Any:
-    from lr_opensearch.model.ur2n import UR2NModel
+    from lr_opensearch.ur2n.model import UR2NModel
 
     if not config.ur2n_bundle:
         raise ConfigError("the xtr runs and --reranker ur2n need a UR²N bundle (--ur2n-bundle)")
@@ -132,14 +135,14 @@ def token_index_name(dataset: Dataset, bundle_id: str) -> str:
 def _xtr_search(client: Any, dataset: Dataset, config: EvalConfig, model: Any,
                 clock: StageClock, name: str, depth: int) -> Any:
     """XTR retrieval (``xtr``) or XTR then the same model's reranker (``xtr+rerank``)."""
-    from lr_opensearch.bundle.ur2n import load_ur2n_bundle
-    from lr_opensearch.model.ur2n import UR2NReranker
-    from lr_opensearch.search.xtr import N_TOKENS_FIELD, XTRRetriever
+    from lr_opensearch.ur2n.bundle import load_ur2n_bundle
+    from lr_opensearch.ur2n.model import UR2NReranker
+    from lr_opensearch.ur2n.xtr import N_TOKENS_FIELD, XTRRetriever
 
     assert config.ur2n_bundle  # _ur2n_model checked it
     ur2n = load_ur2n_bundle(config.ur2n_bundle, verify=False)
     index = config.token_index or token_index_name(dataset, ur2n.bundle_id)
-    command = (f"`python -m ingest.tokens {dataset.corpus_path} --ur2n-bundle "
+    command = (f"`python -m ingest.token_index {dataset.corpus_path} --ur2n-bundle "
                f"{config.ur2n_bundle} --index {index}`")
     records = 0
     if client.indices.exists(index=index):

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lr_opensearch.bundle.ur2n import (
+from lr_opensearch.errors import BundleError, ConfigError
+from lr_opensearch.ur2n.bundle import (
     BACKBONE_DIR,
     HEAD_FILE,
     UR2NBundle,
@@ -44,8 +45,7 @@ from lr_opensearch.bundle.ur2n import (
     load_ur2n_bundle,
     save_ur2n_bundle,
 )
-from lr_opensearch.errors import BundleError, ConfigError
-from lr_opensearch.model.ur2n_text import Framed, answer_token_id, frame_template, pad_batch
+from lr_opensearch.ur2n.text import Framed, answer_token_id, frame_template, pad_batch
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ the tokenizer's vocabulary size, the size and sha256 of every file, the bundle i
 over the file checksums and the config), the library version that wrote it and, optionally,
 how the XTR layer was trained.
 
-This module needs no torch: the torch side (:mod:`lr_opensearch.model.ur2n`) writes the
+This module needs no torch: the torch side (:mod:`lr_opensearch.ur2n.model`) writes the
 backbone and the head through the ``write_parts`` callback of :func:`save_ur2n_bundle` and
 reads them from the paths a loaded :class:`UR2NBundle` gives.
 """

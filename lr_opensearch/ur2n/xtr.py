@@ -34,14 +34,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.scores import inner_product_from_score
 from lr_opensearch.errors import BundleMismatchError, ConfigError
-from lr_opensearch.search.adapters import make_adapter
-from lr_opensearch.search.explain import inner_product_from_score
+from lr_opensearch.options import DEFAULT_RERANK_DEPTH
 from lr_opensearch.search.hits import Hit
+
+if TYPE_CHECKING:
+    from lr_opensearch.search.rerank import Reranker, RerankStage
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +72,7 @@ def doc_of_token(token_id: str) -> str:
     doc_id, sep, pos = token_id.rpartition("#")
     if not sep or not pos.isdigit():
         raise ConfigError(f"{token_id!r} is not a token _id (<doc id>#<position>): is this "
-                          "index a UR²N token index written by `python -m ingest.tokens`?")
+                          "index a UR²N token index written by `python -m ingest.token_index`?")
     return doc_id
 
 
@@ -121,7 +125,7 @@ def check_token_index(meta: Mapping[str, Any], index: str, bundle_id: str | None
         raise BundleMismatchError(
             f"index {index!r} is not a UR²N token index (its _meta.lightretriever.format is "
             f"{meta.get('format')!r}, expected {TOKEN_INDEX_FORMAT!r}); write one with "
-            f"`python -m ingest.tokens CORPUS --ur2n-bundle B --index {index}`")
+            f"`python -m ingest.token_index CORPUS --ur2n-bundle B --index {index}`")
     expected = {"bundle_id": bundle_id, "token_dim": token_dim}
     wrong = [f"{k}: index has {meta.get(k)!r}, bundle has {v!r}"
              for k, v in expected.items() if v is not None and meta.get(k) != v]
@@ -165,7 +169,7 @@ class XTRRetriever:
     def __init__(self, client: Any, index: str, *, encode: QueryEncode | None = None,
                  k_prime: int = DEFAULT_K_PRIME, ef_search: int | None = None,
                  bundle_id: str | None = None, token_dim: int | None = None,
-                 rerank: Any = None, rerank_depth: int = 20,
+                 rerank: Reranker | RerankStage | None = None, rerank_depth: int = DEFAULT_RERANK_DEPTH,
                  rerank_budget_s: float | None = None) -> None:
         from lr_opensearch.search.rerank import as_stage
 
@@ -204,7 +208,7 @@ class XTRRetriever:
         """Top ``k`` documents per query from its token vectors (``[Tq, D]`` each); the
         hits' sources come from the record documents (``source=False``: none)."""
         ranked = [xtr_scores(r, k) for r in self.retrieve(queries)]
-        hits = [[Hit(doc, rank, score, dense_score=score)
+        hits = [[Hit(doc, rank, score)
                  for rank, (doc, score) in enumerate(r, start=1)] for r in ranked]
         return hits if source is False else self.with_sources(hits, k, source)
 

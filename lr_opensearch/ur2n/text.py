@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from lr_opensearch.bundle.ur2n import render_template
 from lr_opensearch.errors import ConfigError, QueryError
 from lr_opensearch.model.framing import plain_tokenizer, tokenizer_framing
+from lr_opensearch.ur2n.bundle import render_template
 
 
 @dataclass(frozen=True)

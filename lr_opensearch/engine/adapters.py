@@ -1,11 +1,11 @@
 """The engine adapter for a client: the one place that tells OpenSearch from Elasticsearch
-by the client object (the cluster itself is asked in :func:`lr_opensearch.search.client.connect`)."""
+by the client object (the cluster itself is asked in :func:`lr_opensearch.engine.client.connect`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lr_opensearch.search.engine import EngineAdapter
+from lr_opensearch.engine.adapter import EngineAdapter
 
 
 def client_engine(client: Any) -> str:
@@ -21,9 +21,9 @@ def client_engine(client: Any) -> str:
 def make_adapter(client: Any) -> EngineAdapter:
     """The engine adapter for a client (search bodies, transport, index administration)."""
     if client_engine(client) == "elasticsearch":
-        from lr_opensearch.search.elasticsearch import ElasticsearchAdapter
+        from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter
 
         return ElasticsearchAdapter(client)
-    from lr_opensearch.search.opensearch import OpenSearchAdapter
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
     return OpenSearchAdapter(client)

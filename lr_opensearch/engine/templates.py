@@ -3,7 +3,7 @@
 The JSON files are the single source of the index layout and the hybrid pipelines; this
 module only fills their ``"${name}"`` placeholders (typed: an int stays an int). Talking
 to the cluster (creating, checking) is the engine adapters' job
-(:mod:`lr_opensearch.search.engine`). See ``index_templates/README.md``.
+(:mod:`lr_opensearch.engine.adapter`). See ``index_templates/README.md``.
 """
 
 from __future__ import annotations

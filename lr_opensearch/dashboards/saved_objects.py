@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from lr_opensearch.search.engine import DENSE_FIELD, METADATA_FIELD, SPARSE_FIELD, TEXT_FIELDS
+from lr_opensearch.engine.adapter import DENSE_FIELD, METADATA_FIELD, SPARSE_FIELD, TEXT_FIELDS
 
 KINDS = ("opensearch-dashboards", "kibana")
 _TYPES = {"text": "string", "keyword": "string", "match_only_text": "string", "long": "number",

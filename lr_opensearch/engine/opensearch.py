@@ -9,10 +9,10 @@ Query DSL (DESIGN section 5):
   "boost": count, "linear": {}}}, ...], "minimum_should_match": 1, "filter": F}}`` -
   the score is the sparse dot product ``sum(count * doc_weight)``.
 * hybrid (server side): ``{"hybrid": {"queries": [dense, sparse]}}`` with the
-  ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.search.templates` inline in
+  ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.engine.templates` inline in
   the body (``_msearch`` has no ``search_pipeline`` parameter).
 
-An :class:`Elasticsearch adapter <lr_opensearch.search.elasticsearch.ElasticsearchAdapter>` offers the same
+An :class:`Elasticsearch adapter <lr_opensearch.engine.elasticsearch.ElasticsearchAdapter>` offers the same
 methods for Elasticsearch.
 """
 
@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
-from lr_opensearch.errors import ConfigError
-from lr_opensearch.search.engine import (
+from lr_opensearch.engine.adapter import (
     DENSE_FIELD,
     SPARSE_FIELD,
     EngineAdapter,
@@ -36,7 +35,8 @@ from lr_opensearch.search.engine import (
     rank_feature_clauses,
     vector_list,
 )
-from lr_opensearch.search.fusion import FusionConfig
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import FusionConfig
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -55,7 +55,7 @@ class OpenSearchAdapter(EngineAdapter):
     """Builds OpenSearch bodies and runs them through ``_msearch``.
 
     Args:
-        client: an ``opensearchpy.OpenSearch`` (see :func:`lr_opensearch.search.client.make_client`).
+        client: an ``opensearchpy.OpenSearch`` (see :func:`lr_opensearch.engine.client.make_client`).
         dense_field / sparse_field: the index's LightRetriever fields.
     """
 
@@ -101,7 +101,7 @@ class OpenSearchAdapter(EngineAdapter):
     def capabilities(self) -> Any:
         """The cluster's capabilities, detected once."""
         if self._capabilities is None:
-            from lr_opensearch.search.client import cluster_capabilities
+            from lr_opensearch.engine.client import cluster_capabilities
 
             self._capabilities = cluster_capabilities(self.client)
             logger.debug("cluster capabilities: %s", self._capabilities)
@@ -134,13 +134,13 @@ class OpenSearchAdapter(EngineAdapter):
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         """The normalization search pipeline for these fusion settings, sent inline.
 
-        Rendered by :func:`lr_opensearch.search.templates.render_hybrid_pipeline` from
+        Rendered by :func:`lr_opensearch.engine.templates.render_hybrid_pipeline` from
         ``index_templates/``. It travels inside each search body (a temporary pipeline)
         because ``_msearch`` accepts no ``search_pipeline`` parameter (OpenSearch 3.6
         answers 400), while a body-level pipeline works in ``_msearch`` and ``_search``
         alike and leaves no state on the cluster.
         """
-        from lr_opensearch.search.templates import render_hybrid_pipeline
+        from lr_opensearch.engine.templates import render_hybrid_pipeline
 
         key = pipeline_name(config)
         if key not in self._pipelines:
@@ -169,7 +169,7 @@ class OpenSearchAdapter(EngineAdapter):
                    **engine_opts: Any) -> dict[str, Any]:
         """``index_templates/opensearch/index.json`` for ``bundle``: ``knn_vector`` with
         ``knn_engine`` (lucene or faiss), HNSW ``m`` / ``ef_construction``, sharding."""
-        from lr_opensearch.search.templates import render_index_body
+        from lr_opensearch.engine.templates import render_index_body
 
         if engine_opts:
             raise ConfigError(f"unknown OpenSearch index option(s) {sorted(engine_opts)}")

@@ -33,9 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from elasticsearch import ApiError, TransportError
 
-from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.options import ES_SPARSE_TYPES
-from lr_opensearch.search.engine import (
+from lr_opensearch.engine.adapter import (
     DENSE_FIELD,
     SPARSE_FIELD,
     EngineAdapter,
@@ -44,8 +42,10 @@ from lr_opensearch.search.engine import (
     rank_feature_clauses,
     vector_list,
 )
-from lr_opensearch.search.fusion import FusionConfig
-from lr_opensearch.search.templates import META_KEY, check_meta, render_es_index_body
+from lr_opensearch.engine.templates import META_KEY, check_meta, render_es_index_body
+from lr_opensearch.errors import ConfigError, EngineError
+from lr_opensearch.legs import FusionConfig
+from lr_opensearch.options import ES_SPARSE_TYPES
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -56,7 +56,7 @@ MAX_NUM_CANDIDATES = 10_000
 
 
 def es_index_body(*, sparse_type: str = "sparse_vector", **opts: Any) -> dict[str, Any]:
-    """The Elasticsearch index body: :func:`lr_opensearch.search.templates.render_es_index_body`
+    """The Elasticsearch index body: :func:`lr_opensearch.engine.templates.render_es_index_body`
     (``index_templates/elasticsearch/index.json``) with ``lr_sparse`` of ``sparse_type``.
 
     ``sparse_vector`` (default) works on every Elasticsearch 8.11+; ``rank_features`` needs

@@ -2,8 +2,8 @@
 chunked ``_msearch`` / ``_mget`` loop, and index administration (create, check the bundle,
 settings, refresh, bulk) for ingest, ``lr index`` and ``lr eval``.
 
-:class:`EngineAdapter` is the base of :class:`~lr_opensearch.search.opensearch.OpenSearchAdapter`
-and :class:`~lr_opensearch.search.elasticsearch.ElasticsearchAdapter`, which add their query
+:class:`EngineAdapter` is the base of :class:`~lr_opensearch.engine.opensearch.OpenSearchAdapter`
+and :class:`~lr_opensearch.engine.elasticsearch.ElasticsearchAdapter`, which add their query
 DSL and the calls whose spelling differs between the two clients (``_send_msearch``,
 ``_send_mget``, ``_create``, ``_put_settings``, ``bulk``).
 """
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lr_opensearch.engine.templates import META_KEY, check_meta
 from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.search.templates import META_KEY, check_meta
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
-    from lr_opensearch.search.fusion import FusionConfig
+    from lr_opensearch.legs import FusionConfig
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ DENSE_FIELD = "lr_dense"
 SPARSE_FIELD = "lr_sparse"
 TEXT_FIELDS = ("title", "text")  # BM25 leg, highlighting
 METADATA_FIELD = "metadata"  # a record's extra keys
+# The index's vector fields by the kind of vector they hold (the document encoder's two
+# outputs; the legs that search them are lr_opensearch.legs): `lr index info` reports them
+VECTOR_FIELDS = {"dense": DENSE_FIELD, "sparse": SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
 
 Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None

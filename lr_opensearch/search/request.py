@@ -1,0 +1,155 @@
+"""What a search asks for (:class:`SearchOptions`) and the same resolved once per batch
+(:class:`SearchRequest`): one object built once and passed down, instead of keyword lists
+repeated per method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lr_opensearch import legs
+from lr_opensearch.engine.adapter import Filter
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig
+from lr_opensearch.options import (
+    COMBINATIONS,
+    DEFAULT_CANDIDATES,
+    DEFAULT_RERANK_DEPTH,
+    FUSION_PATHS,
+    NORMALIZATIONS,
+    SEMANTICS,
+    choice,
+)
+
+EXPLAIN_TOP_TOKENS = 5
+
+
+def _positive_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a search runs. Every field has a default; :meth:`replace` checks overrides.
+
+    Attributes:
+        k: hits per query; from_: offset into the ranked (fused) list.
+        mode: ``hybrid``, or one leg alone (a leg's name, see :func:`lr_opensearch.legs.modes`).
+        weights: per leg, ``{leg: weight}`` or a sequence in leg order; None: the bundle's.
+        fusion: ``auto`` (the server when it can), ``server`` or ``client``.
+        semantics: fusion semantics (None: the bundle's); normalization, combination,
+            rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
+        candidates: hits each leg retrieves for fusion (at least ``from_ + k``).
+        ef_search: HNSW ``ef_search`` for knn legs (None: the index default).
+        filter: a query clause or list of clauses applied to every leg.
+        source: ``_source`` selection (None: everything except the vector fields; False:
+            nothing; a list of fields; or an engine ``_source`` object).
+        timeout: per-search engine timeout (seconds or an engine string like "2s").
+        explain: attach an :class:`~lr_opensearch.search.explain.Explanation` to every hit.
+        instruction: query instruction name (None: the bundle's default).
+        rerank_depth / rerank_budget_s: the second stage's depth and time budget per search
+            (used when the retriever has a reranker).
+    """
+
+    k: int = 10
+    from_: int = 0
+    mode: str = legs.HYBRID
+    weights: Sequence[float] | Mapping[str, float] | None = None
+    fusion: str = "auto"
+    semantics: str | None = None
+    normalization: str = "min_max"
+    combination: str = "arithmetic_mean"
+    rank_constant: int = DEFAULT_RANK_CONSTANT
+    candidates: int = DEFAULT_CANDIDATES
+    ef_search: int | None = None
+    filter: Filter = None
+    source: Any = None
+    timeout: float | str | None = None
+    explain: bool = False
+    instruction: str | None = None
+    rerank_depth: int = DEFAULT_RERANK_DEPTH
+    rerank_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("k", self.k, 1)
+        _positive_int("from_", self.from_, 0)
+        _positive_int("candidates", self.candidates, 1)
+        _positive_int("rerank_depth", self.rerank_depth, 1)
+        if self.ef_search is not None:
+            _positive_int("ef_search", self.ef_search, 1)
+        choice("mode", self.mode, legs.modes())
+        choice("fusion", self.fusion, FUSION_PATHS)
+        if self.semantics is not None:
+            choice("fusion semantics", self.semantics, SEMANTICS)
+        choice("normalization", self.normalization, NORMALIZATIONS)
+        choice("combination", self.combination, COMBINATIONS)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def replace(self, **overrides: Any) -> SearchOptions:
+        """These options with ``overrides`` (None values keep the current one, as the
+        keyword arguments of ``Retriever.search`` always did); unknown names are refused."""
+        unknown = sorted(set(overrides) - set(self.names()))
+        if unknown:
+            raise ConfigError(f"unknown search option(s) {unknown}; valid options: "
+                              f"{', '.join(self.names())}")
+        given = {key: v for key, v in overrides.items() if v is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """Options resolved once for a batch: the fusion config, the path, the source spec.
+
+    ``path`` is ``server`` or ``client`` for hybrid search, ``single`` for one leg alone.
+    """
+
+    options: SearchOptions
+    path: str
+    config: FusionConfig
+    source: Any
+    strip_sparse: bool
+    timeout: str | None
+    sparse_field: str = "lr_sparse"
+    top_tokens: int = EXPLAIN_TOP_TOKENS
+
+    @property
+    def k(self) -> int:
+        return self.options.k
+
+    @property
+    def from_(self) -> int:
+        return self.options.from_
+
+    @property
+    def mode(self) -> str:
+        return self.options.mode
+
+    @property
+    def explain(self) -> bool:
+        return self.options.explain
+
+    @property
+    def filter(self) -> Filter:
+        return self.options.filter
+
+    @property
+    def depth(self) -> int:
+        return self.from_ + self.k
+
+    @property
+    def size(self) -> int:
+        """Hits each leg retrieves: the candidates for fusion, the page for one leg."""
+        return max(self.options.candidates, self.depth) if self.path != "single" else self.depth
+
+    @property
+    def legs(self) -> tuple[str, ...]:
+        """The legs searched, in sub-query order."""
+        return self.config.legs if self.mode == legs.HYBRID else (self.mode,)
