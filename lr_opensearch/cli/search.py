@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
+import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,15 @@ if TYPE_CHECKING:
     from lr_opensearch.search.rerank import Reranker
 
 TITLE_WIDTH = 48
+# control characters (C0 but newline, DEL, C1): a query or stored title holding them must not
+# move the cursor, recolour or retitle the user's terminal, nor end a comment line
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe for a terminal line: each control character (newline included) as
+    its Python escape (``\\x1b``), the rest untouched."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text.replace("\n", "\\n"))
 
 
 def _num(value: float | None, width: int = 8) -> str:
@@ -52,21 +63,22 @@ def format_hits(query: str, hits: Sequence[Hit], *, explain: bool = False) -> st
     followed by each leg's normalised score and rank and the top query tokens
     (``token count x doc weight = contribution``).
     """
-    lines = [f"query: {query}"]
+    lines = [f"query: {shown(query)}"]
     if not hits:
         lines.append("  (no hits)")
         return "\n".join(lines)
     columns = [name for name in legs.names() if any(name in h.scores for h in hits)]
-    id_width = max(4, *(len(h.doc_id) for h in hits))
+    ids = [shown(h.doc_id) for h in hits]
+    id_width = max(4, *(len(i) for i in ids))
     title_width = max(
         20, min(TITLE_WIDTH, shutil.get_terminal_size((120, 20)).columns - id_width - 40)
     )
     head = " ".join(f"{name:>8}" for name in columns)
     lines.append(f"{'rank':>4}  {'id':<{id_width}}  {'score':>8} {head}  title")
-    for h in hits:
+    for h, doc_id in zip(hits, ids, strict=True):
         cells = " ".join(_num(h.scores.get(name)) for name in columns)
-        lines.append(f"{h.rank:>4}  {h.doc_id:<{id_width}}  {_num(h.score)} {cells}  "
-                     f"{_clip(h.title, title_width)}")
+        lines.append(f"{h.rank:>4}  {doc_id:<{id_width}}  {_num(h.score)} {cells}  "
+                     f"{_clip(shown(' '.join(h.title.split())), title_width)}")
         if explain and h.explanation is not None:
             lines.extend(_explain_lines(h.explanation))
     return "\n".join(lines)
@@ -78,13 +90,13 @@ def format_dsl(plan: dict[str, Any]) -> str:
     how = {"server": f"{plan['engine']} fuses these legs itself",
            "client": "fused client side by lr_opensearch.search.fusion",
            "single": "one leg alone"}[plan["path"]]
-    lines = [f"# query: {plan['query']}",
+    lines = [f"# query: {json.dumps(plan['query'], ensure_ascii=False)}",
              f"# legs {', '.join(f['legs'])}, weights {f['weights']}, semantics "
              f"{f['semantics']}, {f['normalization']} + {f['combination']}: {how}"]
     for r in plan["requests"]:
         if "leg" in r:
             lines.append(f"# leg: {r['leg']}")
-        lines.append(f"{r['method']} {r['path']}")
+        lines.append(f"{r['method']} {urllib.parse.quote(r['path'], safe='/?=:,*&_-.')}")
         lines.append(_dumps_compact_vectors(r["body"]))
     return "\n".join(lines)
 
@@ -106,7 +118,8 @@ def _dumps_compact_vectors(body: Any) -> str:
     text = json.dumps(swap(body), ensure_ascii=False, indent=2)
     for i, vec in enumerate(vectors):
         text = text.replace(json.dumps(f"\x00{i}\x00"), vec)
-    return text
+    # JSON leaves DEL and the C1 controls raw; as \u escapes they stay inside their string
+    return CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _explain_lines(e: Explanation) -> list[str]:
