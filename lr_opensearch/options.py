@@ -4,7 +4,7 @@ Model: ``KINDS``, ``POOLINGS``, ``SPARSE_HEADS`` (bundle manifest, model classes
 Index: ``KNN_ENGINES`` (OpenSearch), ``ES_SPARSE_TYPES`` (Elasticsearch).
 Fusion: ``SEMANTICS``, ``NORMALIZATIONS``, ``COMBINATIONS`` (the legs and their weights are
 :mod:`lr_opensearch.legs`). Search: ``FUSION_PATHS``, ``DEFAULT_CANDIDATES``,
-``DEFAULT_RERANK_DEPTH``. :func:`choice` is the one "value must be one of these" check; its
+``DEFAULT_RERANK_DEPTH``, ``MAX_RESULT_WINDOW``. :func:`choice` is the one "value must be one of these" check; its
 error lists the valid options.
 """
 
@@ -36,6 +36,9 @@ COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean", "rrf")
 FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: the server when it can)
 DEFAULT_CANDIDATES = 100  # hits each leg retrieves for fusion
 DEFAULT_RERANK_DEPTH = 20  # hits a second stage rescores per query
+# The most hits one search may ask for: OpenSearch's and Elasticsearch's default
+# index.max_result_window (from + size) and the k-NN plugin's largest knn k
+MAX_RESULT_WINDOW = 10_000
 
 
 def choice(name: str, value: str, valid: Sequence[str],

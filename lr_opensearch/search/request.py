@@ -19,6 +19,7 @@ from lr_opensearch.options import (
     DEFAULT_CANDIDATES,
     DEFAULT_RERANK_DEPTH,
     FUSION_PATHS,
+    MAX_RESULT_WINDOW,
     NORMALIZATIONS,
     SEMANTICS,
     choice,
@@ -82,6 +83,12 @@ class SearchOptions:
         _positive_int("rerank_depth", self.rerank_depth, 1)
         if self.ef_search is not None:
             _positive_int("ef_search", self.ef_search, 1)
+        for what, value in (("from_ + k", self.from_ + self.k), ("candidates", self.candidates),
+                            ("rerank_depth", self.rerank_depth)):
+            if value > MAX_RESULT_WINDOW:
+                raise ConfigError(
+                    f"{what} = {value} is more than {MAX_RESULT_WINDOW}, the most hits a search "
+                    f"may ask the engine for (index.max_result_window, knn k); ask for fewer")
         choice("mode", self.mode, legs.modes())
         choice("fusion", self.fusion, FUSION_PATHS)
         if self.semantics is not None:
