@@ -35,17 +35,30 @@ METADATA_FIELD = "metadata"  # a record's extra keys
 # outputs; the legs that search them are lr_opensearch.legs): `lr index info` reports them
 VECTOR_FIELDS = {"dense": DENSE_FIELD, "sparse": SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
+# Words of a query text the BM25 clause keeps: multi_match makes one clause per word and
+# field, and the engines refuse a query of more than 1,024 clauses (maxClauseCount) in all,
+# the other legs' included; the LR legs keep a query's first 512 tokens likewise
+TEXT_QUERY_MAX_WORDS = 256
 
 Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
 
 @dataclass(frozen=True)
 class EngineHit:
-    """One hit as the engine returned it."""
+    """One hit as the engine returned it (``index``: the concrete index that holds it; a
+    target of several indices, an alias or a wildcard may hold one ``_id`` more than once)."""
 
     doc_id: str
     score: float
     source: Mapping[str, Any] | None
+    index: str | None = None
+
+    @property
+    def ref(self) -> DocRef:
+        return (self.index, self.doc_id)
+
+
+DocRef = tuple[str | None, str]  # (concrete index or None, _id): one document of a target
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,7 @@ def parse_response(resp: Mapping[str, Any], what: str) -> EngineResult:
         reasons = "; ".join(_reason(f.get("reason", f)) for f in shards.get("failures", [])[:3])
         raise EngineError(f"{what}: {shards['failed']} shard(s) failed: {reasons}")
     hits = [
-        EngineHit(str(h["_id"]), float(h["_score"]), h.get("_source"))
+        EngineHit(str(h["_id"]), float(h["_score"]), h.get("_source"), h.get("_index"))
         for h in resp.get("hits", {}).get("hits", [])
     ]
     timed_out = bool(resp.get("timed_out"))
@@ -151,6 +164,7 @@ class EngineAdapter:
         self.client = client
         self.dense_field = dense_field
         self.sparse_field = sparse_field
+        self._told_capped = False
 
     # ---- query clauses (the engine's DSL) ----------------------------------------------
     def dense_query(self, vector: np.ndarray, *, k: int, filter: Filter = None,
@@ -172,7 +186,16 @@ class EngineAdapter:
         raise NotImplementedError
 
     def text_query(self, text: str, *, filter: Filter = None) -> dict[str, Any]:
-        """BM25 baseline: ``multi_match`` over title and text."""
+        """BM25 baseline: ``multi_match`` over title and text (of a longer text, the first
+        :data:`TEXT_QUERY_MAX_WORDS` words, said once per adapter)."""
+        words = text.split()
+        if len(words) > TEXT_QUERY_MAX_WORDS:
+            if not self._told_capped:
+                self._told_capped = True
+                logger.info("a query of %d words: its BM25 clause is capped at the first %d "
+                            "(the engine refuses more than 1,024 clauses)", len(words),
+                            TEXT_QUERY_MAX_WORDS)
+            text = " ".join(words[:TEXT_QUERY_MAX_WORDS])
         query: dict[str, Any] = {"multi_match": {"query": text, "fields": list(TEXT_FIELDS)}}
         clauses = filter_clauses(filter)
         return {"bool": {"must": [query], "filter": clauses}} if clauses else query
@@ -199,21 +222,31 @@ class EngineAdapter:
             body["search_pipeline"] = dict(pipeline)
         return body
 
-    def fetch_sources(self, index: str, ids: Sequence[str], source: Any) -> dict[str, Any]:
+    def fetch_sources(self, index: str, refs: Sequence[str | DocRef],
+                      source: Any) -> dict[Any, Any]:
         """``_source`` (as selected by ``source``) of the given documents, one ``_mget``.
+
+        ``refs``: ``_id`` strings (documents of ``index``) or ``(concrete index, _id)``
+        pairs (a target of several indices: each document from its own index). Returns
+        ``{ref: _source}`` for the documents found.
 
         Hybrid search retrieves many candidates per sub-query but returns a page of k; it
         asks for the candidates without ``_source`` and fetches the page's here.
         """
-        unique = list(dict.fromkeys(ids))
+        unique = list(dict.fromkeys(refs))
         if not unique:
             return {}
-        resp = self._mget(index, [{"_id": i, "_source": source} for i in unique])
-        return {str(d["_id"]): d.get("_source") for d in resp["docs"] if d.get("found")}
+        docs = []
+        for ref in unique:
+            where, doc_id = ref if isinstance(ref, tuple) else (None, ref)
+            docs.append({"_id": doc_id, "_source": source, **({"_index": where} if where else {})})
+        resp = self._mget(index, docs)
+        return {ref: d.get("_source") for ref, d in zip(unique, resp["docs"], strict=True)
+                if d.get("found")}
 
     def _mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
-        try:
-            return self._send_mget(index, docs)
+        try:  # documents that name their index need none in the path (a target of several)
+            return self._send_mget(None if all("_index" in d for d in docs) else index, docs)
         except self.transport_errors as exc:
             raise EngineError(f"_mget of {len(docs)} documents on {self.engine} index "
                               f"{index!r} failed: {exc}") from exc
@@ -252,7 +285,7 @@ class EngineAdapter:
     def _send_msearch(self, lines: list[Any]) -> Any:
         raise NotImplementedError
 
-    def _send_mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
+    def _send_mget(self, index: str | None, docs: list[dict[str, Any]]) -> Any:
         raise NotImplementedError
 
     # ---- index administration ------------------------------------------------------
@@ -284,19 +317,30 @@ class EngineAdapter:
                               f"{exc}") from exc
         return dict(next(iter(dict(resp).values()))["mappings"])
 
+    def index_mappings(self, target: str) -> dict[str, dict[str, Any]]:
+        """The ``mappings`` of every concrete index behind ``target`` (an index, a list
+        ``a,b``, an alias or a wildcard), by index name; errors as :meth:`index_mapping`."""
+        self.index_mapping(target)  # the one readable error for a target that is not there
+        resp = self._admin(f"reading the mappings of {target!r}", self.client.indices.get_mapping,
+                           index=target)
+        return {str(name): dict(body["mappings"]) for name, body in dict(resp).items()}
+
     def index_meta(self, index: str) -> dict[str, Any]:
         """``_meta.lightretriever`` of an index ({} if the index has no such block)."""
         return dict(self.index_mapping(index).get("_meta", {}).get(META_KEY, {}))
 
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
-        """Check that ``index`` was created for ``bundle``; return its ``_meta.lightretriever``.
+        """Check that every concrete index behind ``index`` (one index, ``a,b``, an alias, a
+        wildcard) was created for ``bundle``; return the first one's ``_meta.lightretriever``.
 
         Raises:
             BundleMismatchError: another bundle id, dense dimension or key encoding, or no
                 LightRetriever ``_meta``.
             EngineError: the index does not exist or the cluster does not answer.
         """
-        return check_meta(self.index_meta(index), index, bundle)
+        metas = [check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), name, bundle)
+                 for name, mapping in sorted(self.index_mappings(index).items())]
+        return metas[0]
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
                    shards: int = 1, replicas: int = 0, **engine_opts: Any) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from lr_opensearch.engine.adapter import (
     rank_feature_clauses,
     vector_list,
 )
-from lr_opensearch.engine.templates import META_KEY, check_meta, render_es_index_body
+from lr_opensearch.engine.templates import render_es_index_body
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import FusionConfig
 from lr_opensearch.options import ES_SPARSE_TYPES
@@ -266,14 +266,18 @@ class ElasticsearchAdapter(EngineAdapter):
         return self.client.indices.put_settings(index=index, settings=body)
 
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
-        """The bundle check of every engine, then the sparse field type (``auto``)."""
-        mapping = self.index_mapping(index)
-        meta = check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), index,
-                          bundle)
+        """The bundle check of every engine (every concrete index behind ``index``), then
+        the sparse field type (``auto``; the indices must agree on it)."""
+        meta = super().check_bundle(index, bundle)
         if self._auto:
-            field = mapping.get("properties", {}).get(self.sparse_field, {})
-            if field.get("type") in ES_SPARSE_TYPES:
-                self.sparse_type = field["type"]
+            types = {name: mapping.get("properties", {}).get(self.sparse_field, {}).get("type")
+                     for name, mapping in self.index_mappings(index).items()}
+            found = {t for t in types.values() if t in ES_SPARSE_TYPES}
+            if len(found) > 1:
+                raise ConfigError(f"the indices behind {index!r} store {self.sparse_field} as "
+                                  f"different types {types}; search them one at a time")
+            if found:
+                self.sparse_type = found.pop()
         return meta
 
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,
@@ -297,5 +301,5 @@ class ElasticsearchAdapter(EngineAdapter):
     def _send_msearch(self, lines: list[Any]) -> Any:
         return self.client.msearch(searches=lines)
 
-    def _send_mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
+    def _send_mget(self, index: str | None, docs: list[dict[str, Any]]) -> Any:
         return self.client.mget(index=index, docs=docs)

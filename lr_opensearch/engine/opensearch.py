@@ -158,7 +158,7 @@ class OpenSearchAdapter(EngineAdapter):
     def _send_msearch(self, lines: list[Any]) -> Any:
         return self.client.msearch(body=lines)
 
-    def _send_mget(self, index: str, docs: list[dict[str, Any]]) -> Any:
+    def _send_mget(self, index: str | None, docs: list[dict[str, Any]]) -> Any:
         return self.client.mget(index=index, body={"docs": docs})
 
     # ---- index administration ------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lr_opensearch import legs as leg_registry
-from lr_opensearch.engine.adapter import EngineResult
+from lr_opensearch.engine.adapter import DocRef, EngineHit, EngineResult
 from lr_opensearch.search.explain import Explanation, LegExplanation, token_contributions
 from lr_opensearch.search.fusion import FusionConfig, fuse_many, per_leg_attribute
 from lr_opensearch.search.request import SearchRequest
@@ -37,6 +37,8 @@ class Hit:
         explanation: filled when searched with ``explain=True``.
         first_stage_score: after a rerank stage, the score the first stage gave (``score``
             is then the reranker's); None without reranking.
+        index: the concrete index that holds the document (a target of several indices may
+            hold one ``_id`` in each: they are different hits).
 
     ``hit.<leg>_score`` reads ``scores`` (None: not returned by that leg).
     """
@@ -48,6 +50,7 @@ class Hit:
     source: Mapping[str, Any] | None = None
     explanation: Explanation | None = None
     first_stage_score: float | None = None
+    index: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scores", dict(self.scores))
@@ -60,6 +63,17 @@ class Hit:
         return str((self.source or {}).get("title") or "")
 
 
+def hit_key(h: EngineHit) -> str:
+    """The fusion key of a hit: its ``_id``, qualified by its index when the engine names
+    it (index names cannot hold ``#``), so that one ``_id`` in two indices stays two."""
+    return f"{h.index}#{h.doc_id}" if h.index else h.doc_id
+
+
+def refs_of(results: Sequence[EngineResult]) -> dict[str, DocRef]:
+    """fusion key -> (index, _id) of every hit in ``results``."""
+    return {hit_key(h): h.ref for r in results for h in r.hits}
+
+
 def client_fusion(res: Sequence[EngineResult], config: FusionConfig) -> list[FusedRow]:
     """Fuse the legs' results, in ``config.legs`` order (see
     :func:`lr_opensearch.search.fusion.fuse_many`).
@@ -70,7 +84,7 @@ def client_fusion(res: Sequence[EngineResult], config: FusionConfig) -> list[Fus
     """
     lists = []
     for name, r in zip(config.legs, res, strict=True):
-        hits = [(h.doc_id, h.score) for h in r.hits]
+        hits = [(hit_key(h), h.score) for h in r.hits]
         leg = leg_registry.get(name)
         if leg.linear_reads_score and config.semantics == "linear":
             hits = [(d, leg.score(s)) for d, s in hits]
@@ -82,31 +96,33 @@ def assemble_client(
     res: Sequence[EngineResult],
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
-    fetched: Mapping[str, Any] | None = None,
+    fetched: Mapping[DocRef, Any] | None = None,
     table: list[FusedRow] | None = None,
 ) -> list[Hit]:
     """Hits of one query fused client side, cut to ``[from_, from_ + k)``.
 
-    ``fetched``: the page's sources fetched after the search (else those of the results);
-    ``table``: ``client_fusion(res, req.config)`` when the caller already has it.
+    ``fetched``: the page's sources fetched after the search, by (index, _id) (else those
+    of the results); ``table``: ``client_fusion(res, req.config)`` when the caller already
+    has it.
     """
     table = client_fusion(res, req.config) if table is None else table
+    refs = refs_of(res)
     sources = _sources(res) if fetched is None else fetched
     engine = _engine_scores(res, req.legs)
     legs = req.legs
     return [
         make_hit(
-            doc_id,
+            refs[key],
             req.from_ + pos + 1,
             score,
-            engine[doc_id],
+            engine[key],
             dict(zip(legs, norm, strict=True)),
             dict(zip(legs, ranks, strict=True)),
-            sources.get(doc_id),
+            sources.get(refs[key]),
             query_sparse,
             req,
         )
-        for pos, (doc_id, score, _raw, norm, ranks) in enumerate(table[req.from_ : req.depth])
+        for pos, (key, score, _raw, norm, ranks) in enumerate(table[req.from_ : req.depth])
     ]
 
 
@@ -115,7 +131,7 @@ def assemble_server(
     parts: Sequence[EngineResult],
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
-    fetched: Mapping[str, Any] | None = None,
+    fetched: Mapping[DocRef, Any] | None = None,
 ) -> list[Hit]:
     """Hits of one query fused by the server; ``parts`` (the sub-query results, explain
     only) supply raw and normalised scores; ``fetched`` as in :func:`assemble_client`."""
@@ -124,16 +140,16 @@ def assemble_server(
     engine = _engine_scores(parts, legs) if parts else {}
     hits = []
     for pos, h in enumerate(fused.hits[req.from_ : req.depth]):
-        row = detail.get(h.doc_id)
+        row = detail.get(hit_key(h))
         hits.append(
             make_hit(
-                h.doc_id,
+                h.ref,
                 req.from_ + pos + 1,
                 h.score,
-                engine.get(h.doc_id, {}),
+                engine.get(hit_key(h), {}),
                 dict(zip(legs, row[3], strict=True)) if row else {},
                 dict(zip(legs, row[4], strict=True)) if row else {},
-                h.source if fetched is None else fetched.get(h.doc_id),
+                h.source if fetched is None else fetched.get(h.ref),
                 query_sparse,
                 req,
             )
@@ -149,13 +165,13 @@ def assemble_single(
     hits = []
     for pos, h in enumerate(res.hits[req.from_ : req.depth]):
         rank = req.from_ + pos + 1
-        hits.append(make_hit(h.doc_id, rank, leg.score(h.score), {req.mode: h.score}, {},
+        hits.append(make_hit(h.ref, rank, leg.score(h.score), {req.mode: h.score}, {},
                              {req.mode: rank}, h.source, query_sparse, req))
     return hits
 
 
 def make_hit(
-    doc_id: str,
+    ref: DocRef,
     rank: int,
     score: float,
     engine: Legs,
@@ -165,7 +181,8 @@ def make_hit(
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
 ) -> Hit:
-    """One Hit; ``engine`` holds each leg's score as the engine returned it."""
+    """One Hit of the document ``ref`` (index, _id); ``engine`` holds each leg's score as
+    the engine returned it."""
     scores = {name: leg_registry.get(name).score(s) for name, s in engine.items()
               if s is not None}
     explanation = None
@@ -181,22 +198,22 @@ def make_hit(
         )
     if req.strip_sparse and source is not None:
         source = {key: v for key, v in source.items() if key != req.sparse_field}
-    return Hit(doc_id, rank, score, scores, source, explanation)
+    return Hit(ref[1], rank, score, scores, source, explanation, index=ref[0])
 
 
 def _engine_scores(results: Sequence[EngineResult], legs: Sequence[str]) -> dict[str, Legs]:
-    """doc id -> {leg: engine score} from the legs' results (in ``legs`` order)."""
+    """fusion key -> {leg: engine score} from the legs' results (in ``legs`` order)."""
     out: dict[str, Legs] = {}
     for leg, res in zip(legs, results, strict=True):
         for h in res.hits:
-            out.setdefault(h.doc_id, {})[leg] = h.score
+            out.setdefault(hit_key(h), {})[leg] = h.score
     return out
 
 
-def _sources(results: Sequence[EngineResult]) -> dict[str, Mapping[str, Any] | None]:
-    """doc id -> _source, from whichever sub-query returned the document first."""
-    out: dict[str, Mapping[str, Any] | None] = {}
+def _sources(results: Sequence[EngineResult]) -> dict[DocRef, Mapping[str, Any] | None]:
+    """(index, _id) -> _source, from whichever sub-query returned the document first."""
+    out: dict[DocRef, Mapping[str, Any] | None] = {}
     for res in results:
         for h in res.hits:
-            out.setdefault(h.doc_id, h.source)
+            out.setdefault(h.ref, h.source)
     return out

@@ -40,6 +40,7 @@ from lr_opensearch.search.hits import (
     assemble_server,
     assemble_single,
     client_fusion,
+    refs_of,
 )
 from lr_opensearch.search.request import SearchOptions, SearchRequest
 
@@ -228,7 +229,8 @@ class Retriever:
         tables = [client_fusion(res, req.config) for res in grouped]
         fetched = None
         if fetch:
-            page = [row[0] for table in tables for row in table[req.from_ : req.depth]]
+            page = [refs_of(res)[row[0]] for res, table in zip(grouped, tables, strict=True)
+                    for row in table[req.from_ : req.depth]]
             fetched = self.adapter.fetch_sources(self.index, page, req.source)
         return [
             assemble_client(res, sparse[i] if sparse is not None else None, req, fetched, table)
@@ -417,7 +419,7 @@ class Retriever:
             parts = self._search_legs(sub, req, False, what="hybrid explain")
         fetched = None
         if fetch:
-            page = [h.doc_id for res in fused for h in res.hits[req.from_ : req.depth]]
+            page = [h.ref for res in fused for h in res.hits[req.from_ : req.depth]]
             fetched = self.adapter.fetch_sources(self.index, page, req.source)
         out = []
         for i, res in enumerate(fused):
