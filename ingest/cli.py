@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +155,25 @@ def _run_from_lr(args: argparse.Namespace) -> int:
         for noisy in TRANSPORT_LOGGERS:
             logging.getLogger(noisy).setLevel(logging.ERROR)
     config = config_from_args(args)
-    summary = execute(config)
+    with sigterm_as_interrupt():
+        summary = execute(config)
     write_summary(summary, config, quiet=args.quiet)
     return exit_code(summary)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler, a container stop) ends the run the way Ctrl-C
+    does: the index settings are given back and the checkpoint stays, instead of the
+    process vanishing with the index still in bulk-load settings."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def execute(config: IngestConfig) -> IngestSummary:
@@ -170,12 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args)
     try:
         config = config_from_args(args)
-        summary = execute(config)
+        with sigterm_as_interrupt():
+            summary = execute(config)
     except LRError as exc:
         logging.getLogger("ingest").error("%s", exc)
         return 1
-    except KeyboardInterrupt:
-        logging.getLogger("ingest").error("interrupted; rerun the same command to resume")
+    except KeyboardInterrupt as exc:
+        why = f" by {exc.args[0]}" if exc.args else ""
+        logging.getLogger("ingest").error("interrupted%s; rerun the same command to resume", why)
         return 130
     write_summary(summary, config, quiet=args.quiet)
     return exit_code(summary)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import zlib
@@ -52,6 +53,7 @@ DUPLICATE_ID = "duplicate_id"
 INVALID_FIELD = "invalid_field"
 EMPTY_DOCUMENT = "empty_document"
 CONFLICTING_FIELD = "conflicting_field"
+TRUNCATED = "truncated_corpus"  # the file cannot be read past this line (cut or corrupt .gz)
 
 
 @dataclass(frozen=True)
@@ -130,13 +132,24 @@ def open_corpus(path: str) -> tuple[IO[bytes], IO[bytes]]:
     """
     if path == STDIN:
         return sys.stdin.buffer, sys.stdin.buffer
-    p = Path(path)
-    if not p.is_file():
-        raise CorpusError(f"corpus file {path!r} does not exist or is not a file")
-    raw = open(p, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    check_corpus(path)
+    raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     if raw.peek(2)[:2] == b"\x1f\x8b":
         return io.BufferedReader(GzipStream(raw), buffer_size=1 << 20), raw
     return raw, raw
+
+
+def check_corpus(path: str) -> None:
+    """Raise ``CorpusError`` unless ``path`` is ``-`` (stdin) or a readable file."""
+    if path == STDIN:
+        return
+    p = Path(path)
+    if not p.is_file():
+        what = "is a directory, not a file" if p.is_dir() else "does not exist"
+        raise CorpusError(f"corpus file {path} {what}; give the path of a JSONL or JSONL.gz "
+                          "corpus, or '-' for stdin")
+    if not os.access(p, os.R_OK):
+        raise CorpusError(f"corpus file {path} is not readable (permissions)")
 
 
 def is_gzip(path: str) -> bool:
