@@ -209,7 +209,7 @@ def test_a_killed_run_does_not_turn_load_settings_into_the_original(
 @pytest.mark.parametrize(("option", "says"), [
     (["--refresh-interval", "banana"], b"banana"),
     (["--replicas", "-1"], b"--replicas"),
-    (["--device", "cuda:7"], b"cuda:7"),
+    (["--device", "cuda:99"], b"cuda:99"),  # a GPU that no machine here has
 ])
 def test_bad_options_fail_before_anything_changes(
         tiny: Path, os_client: Any, opensearch_url: str, index_name: str, tmp_path: Path,
