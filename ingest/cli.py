@@ -1,10 +1,23 @@
-"""Command-line parsing for ``python -m ingest.bulk`` (thin: arguments -> ``IngestConfig``)."""
+"""Command-line parsing for ``python -m ingest.bulk`` (thin: arguments -> ``IngestConfig``).
+
+Zero-config: ``python -m ingest.bulk corpus.jsonl`` alone works. The bundle defaults to
+``LR_BUNDLE``, else the packaged MiniLM fitted on this corpus, built once into the local
+bundle store (``lr_opensearch.bundle.store``) and reused; the index to ``LR_INDEX``, else
+a name made from the file name. The run ends with the ``lr search`` command to try.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import logging
+import os
+import shlex
+import signal
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +28,7 @@ from lr_opensearch.cli.common import (
     connection_kwargs,
     quiet_transport,
 )
-from lr_opensearch.errors import LRError
+from lr_opensearch.errors import ConfigError, LRError
 from lr_opensearch.indexing import (
     BulkSettings,
     ConnectionConfig,
@@ -41,8 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ingest options (shared by ``python -m ingest.bulk`` and the launcher's workers)."""
     p.add_argument("corpus", help="JSONL or JSONL.gz in BEIR corpus form ('_id'/'id', 'title', "
                    "'text', other keys kept as metadata), or '-' for stdin")
-    p.add_argument("--bundle", required=True, help="model bundle directory")
-    p.add_argument("--index", required=True, help="target index (created if absent)")
+    p.add_argument("--bundle", default=None, help="model bundle directory (default env "
+                   "LR_BUNDLE, else the packaged MiniLM fitted on this corpus: built once into "
+                   "the local bundle store, reused next time)")
+    p.add_argument("--index", default=None, help="target index, created if absent (default "
+                   "env LR_INDEX, else a name made from the corpus file name)")
     g = p.add_argument_group("connection (defaults: LR_OPENSEARCH_URL / _USER / _PASSWORD / _CA_CERTS)")
     add_connection_args(g, timeout=True)
     g = p.add_argument_group("throughput")
@@ -133,10 +149,62 @@ def register(subparsers: Any) -> None:
 
 def _run_from_lr(args: argparse.Namespace) -> int:
     quiet_transport(args)
-    config = config_from_args(args)
-    summary = execute(config)
+    config = resolve_defaults(args)
+    with sigterm_as_interrupt():
+        summary = execute(config)
     write_summary(summary, config, quiet=args.quiet)
+    _print_next_step(config, args.quiet)
     return exit_code(summary)
+
+
+def resolve_defaults(args: argparse.Namespace) -> IngestConfig:
+    """The config, with the zero-config defaults filled in: the index from ``LR_INDEX`` or
+    the file name, the bundle from ``LR_BUNDLE`` or the store (built once, with progress).
+    Every option is checked before a bundle is built."""
+    from lr_opensearch.indexing.defaults import default_index_name
+
+    args.index = args.index or os.environ.get("LR_INDEX") or default_index_name(args.corpus)
+    bundle = args.bundle or os.environ.get("LR_BUNDLE")
+    args.bundle = bundle or ""
+    config = config_from_args(args)  # raises on bad options, before anything is built
+    if bundle is None:
+        from lr_opensearch.bundle.store import fitted_bundle
+        from lr_opensearch.indexing.reader import check_corpus
+
+        if config.is_stdin:
+            raise ConfigError("reading stdin: name the bundle with --bundle (or LR_BUNDLE); "
+                              "the default bundle is fitted on the corpus file")
+        check_corpus(config.corpus)
+        args.bundle = str(fitted_bundle(config.corpus, progress=config.progress))
+        config = dataclasses.replace(config, bundle=args.bundle)
+    return config
+
+
+def _print_next_step(config: IngestConfig, quiet: bool) -> None:
+    """The exact search command to try next (the URL without any credentials in it)."""
+    if quiet:
+        return
+    cmd = ["lr", "search", "--index", config.index, "--bundle", config.bundle]
+    url = config.connection.url
+    if url:
+        parts = urllib.parse.urlsplit(url)
+        cmd += ["--url", urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))]
+    print("search it:  " + shlex.join(cmd) + ' "your query"', flush=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler, a container stop) ends the run the way Ctrl-C
+    does: the index settings are given back and the checkpoint stays, instead of the
+    process vanishing with the index still in bulk-load settings."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def execute(config: IngestConfig) -> IngestSummary:
@@ -151,13 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.verbose, args.quiet)
     try:
-        config = config_from_args(args)
-        summary = execute(config)
+        config = resolve_defaults(args)
+        with sigterm_as_interrupt():
+            summary = execute(config)
     except LRError as exc:
         logging.getLogger("ingest").error("%s", exc)
         return 1
-    except KeyboardInterrupt:
-        logging.getLogger("ingest").error("interrupted; rerun the same command to resume")
+    except KeyboardInterrupt as exc:
+        why = f" by {exc.args[0]}" if exc.args else ""
+        logging.getLogger("ingest").error("interrupted%s; rerun the same command to resume", why)
         return 130
     write_summary(summary, config, quiet=args.quiet)
+    _print_next_step(config, args.quiet)
     return exit_code(summary)

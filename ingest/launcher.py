@@ -30,9 +30,11 @@ from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.indexing.checkpoint import CheckpointFile, Counts
 from lr_opensearch.indexing.config import IngestConfig
 from lr_opensearch.indexing.index_setup import ensure_index
+from lr_opensearch.indexing.reader import check_corpus
 from lr_opensearch.indexing.report import IngestSummary
+from lr_opensearch.indexing.run import resumable
 from lr_opensearch.indexing.session import (
-    begin_load,
+    bulk_load,
     checkpoint_file,
     connect,
     end_load,
@@ -102,23 +104,30 @@ def launch(config: IngestConfig) -> IngestSummary:
     if config.is_stdin:
         raise ConfigError("--workers N needs a corpus file: the workers cannot share stdin")
     started = time.perf_counter()
+    check_corpus(config.corpus)
+    if config.device is not None:
+        from lr_opensearch.model.device import check_device
+
+        check_device(config.device)
     bundle = load_bundle(config.bundle)
-    adapter = make_adapter(connect(config))
-    # the workers are told what the cluster is, so none of them has to ask again
-    config = dataclasses.replace(config, connection=dataclasses.replace(config.connection,
-                                                                       engine=adapter.engine))
-    ensure_index(adapter, config.index, bundle)
-    ck = _launcher_checkpoint(config, bundle.bundle_id, checkpoint_file)
-    with ck.exclusive():
-        return _launch_locked(config, adapter, bundle, ck, started)
+    with resumable(config):
+        adapter = make_adapter(connect(config))
+        # the workers are told what the cluster is, so none of them has to ask again
+        config = dataclasses.replace(config, connection=dataclasses.replace(
+            config.connection, engine=adapter.engine))
+        ensure_index(adapter, config.index, bundle)
+        ck = _launcher_checkpoint(config, bundle.bundle_id, checkpoint_file)
+        with ck.exclusive():
+            return _launch_locked(config, adapter, bundle, ck, started)
 
 
 def _launch_locked(config: IngestConfig, adapter: Any, bundle: Bundle, ck: CheckpointFile,
                    started: float) -> IngestSummary:
     state = load_state(config, ck)
-    if config.bulk_settings.enabled and not state.complete:
-        begin_load(adapter, config, ck, state)
-    with tempfile.TemporaryDirectory(prefix="lr-ingest-") as tmp:
+    load = config if not state.complete else dataclasses.replace(
+        config, bulk_settings=dataclasses.replace(config.bulk_settings, enabled=False))
+    with bulk_load(adapter, load, ck, state), \
+            tempfile.TemporaryDirectory(prefix="lr-ingest-") as tmp:
         summaries = _run_workers(config, bundle.bundle_id, Path(tmp), checkpoint_file)
     total = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
                           complete=True, checkpoint=str(ck.path))
@@ -133,7 +142,7 @@ def _launch_locked(config: IngestConfig, adapter: Any, bundle: Bundle, ck: Check
     total.extra["dead_letters"] = [s.dead_letter for s in summaries]
     total.dead_letter = ", ".join(str(s.dead_letter) for s in summaries if s.dead_letter)
     state.counts = total.counts
-    end_load(adapter, config, ck, state)
+    end_load(adapter, load, ck, state)
     total.elapsed_s = time.perf_counter() - started
     return total
 

@@ -14,7 +14,6 @@ import argparse
 import gzip
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -22,16 +21,14 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from lr_opensearch.bundle.store import cache_dir as _cache
+from lr_opensearch.bundle.store import recipe_key as _recipe_key
 from lr_opensearch.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_HTTP_PORT = 9200
 DEMO_QUERIES = 3
-
-
-def _cache() -> Path:
-    return Path(os.environ.get("LR_CACHE_DIR", Path.home() / ".cache" / "lr-opensearch"))
 
 
 DEFAULT_DATASET = "adi"
@@ -93,20 +90,6 @@ def ensure_node(http_port: int) -> str:
     status = start_node(config, installation)
     print(f"    {status.describe()}")
     return config.url
-
-
-def _recipe_key() -> str:
-    """A short hash of the fit recipe and fusion defaults: a cached demo bundle is reused
-    only while they are unchanged (an upgrade that changes them builds a fresh one)."""
-    import hashlib
-
-    from lr_opensearch.bundle import fit, pseudo
-    from lr_opensearch.legs import default_weights
-
-    facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
-                  pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
-                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, fit.LAMS, sorted(default_weights().items())))
-    return hashlib.sha256(facts.encode()).hexdigest()[:8]
 
 
 def ensure_bundle(path: Path | None, corpus: Path) -> Path:

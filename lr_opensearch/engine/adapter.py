@@ -389,6 +389,14 @@ class EngineAdapter:
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
         raise NotImplementedError
 
+    def put_index_meta(self, index: str, meta: Mapping[str, Any]) -> None:
+        """Replace the ``_meta`` object of the index mapping (the engines replace it whole:
+        pass every key to keep, ``lightretriever`` included)."""
+        self._admin(f"updating the _meta of index {index!r}", self._put_meta, index, dict(meta))
+
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
     def refresh(self, index: str) -> None:
         self._admin(f"refreshing index {index!r}", self.client.indices.refresh, index=index)
 

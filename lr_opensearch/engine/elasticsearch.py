@@ -265,6 +265,9 @@ class ElasticsearchAdapter(EngineAdapter):
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
         return self.client.indices.put_settings(index=index, settings=body)
 
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
+        return self.client.indices.put_mapping(index=index, meta=meta)
+
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """The bundle check of every engine (every concrete index behind ``index``), then
         the sparse field type (``auto``; the indices must agree on it)."""

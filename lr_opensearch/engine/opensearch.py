@@ -186,6 +186,9 @@ class OpenSearchAdapter(EngineAdapter):
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
         return self.client.indices.put_settings(index=index, body=body)
 
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
+        return self.client.indices.put_mapping(index=index, body={"_meta": meta})
+
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,
              max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:
         from opensearchpy import helpers

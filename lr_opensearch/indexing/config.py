@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import ENGINE_CHOICES, choice
 
 STDIN = "-"
+# what the engines accept as index.refresh_interval: -1, 0, or a number with a time unit
+TIME_VALUE = re.compile(r"-1|0|\d+(nanos|micros|ms|s|m|h|d)")
 
 
 def default_state_dir() -> Path:
@@ -87,6 +90,14 @@ class BulkSettings:
     enabled: bool = True
     refresh_interval: str | None = None
     replicas: int | None = None
+
+    def __post_init__(self) -> None:  # checked before the run changes anything
+        if self.refresh_interval is not None and not TIME_VALUE.fullmatch(self.refresh_interval):
+            raise ConfigError(f"--refresh-interval {self.refresh_interval!r} is not a time value: "
+                              "use a number with a unit (500ms, 1s, 30s, 1m) or -1 for no "
+                              "periodic refresh")
+        if self.replicas is not None and self.replicas < 0:
+            raise ConfigError(f"--replicas must be >= 0, got {self.replicas}")
 
 
 @dataclass(frozen=True)

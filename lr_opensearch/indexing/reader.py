@@ -5,12 +5,16 @@ Every non-blank input line becomes exactly one item, in input order:
 - ``Record``: a valid document for this worker;
 - ``Rejection``: a line this worker must report and skip (malformed JSON, missing or
   invalid id, duplicate id, no text and no title, bytes that are not UTF-8, ...);
-- ``Foreign``: a line that belongs to another worker of a split run (or is blank).
+- ``Foreign``: a line that belongs to another worker of a split run (or is blank);
+- ``Truncation`` (last, if asked for): the file cannot be read past this line (a cut or
+  corrupt ``.gz``); otherwise that is a ``CorpusError`` after the lines before it.
 
 Lines are numbered from 1; ``end_offset`` is the byte offset (of the decompressed stream)
 just after the line, which the checkpoint records. Splitting is by a stable hash of the
 record id (CRC32, the same on every machine), so duplicates of an id always meet in the
 same worker; lines without a usable id are assigned by line number.
+
+A UTF-8 byte order mark at the start of the file is accepted (and not part of line 1).
 
 Empty documents: a record whose ``text`` is empty or missing but which has a ``title`` is
 indexed title-only (counted as ``title_only``); with neither it is skipped.
@@ -18,9 +22,10 @@ indexed title-only (counted as ``title_only``); with neither it is skipped.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
+import os
+import re
 import sys
 import zlib
 from collections.abc import Iterator
@@ -32,9 +37,11 @@ from lr_opensearch.errors import CorpusError, IngestError
 from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
+from .gzstream import GzipStream
 
 MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
 EXCERPT_CHARS = 200  # how much of a bad line goes into the dead-letter file
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark: accepted at the start of the file only
 
 # Rejection reasons (stable strings: they appear in reports and dead-letter files).
 MALFORMED_JSON = "malformed_json"
@@ -45,6 +52,8 @@ INVALID_ID = "invalid_id"
 DUPLICATE_ID = "duplicate_id"
 INVALID_FIELD = "invalid_field"
 EMPTY_DOCUMENT = "empty_document"
+CONFLICTING_FIELD = "conflicting_field"
+TRUNCATED = "truncated_corpus"  # the file cannot be read past this line (cut or corrupt .gz)
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,21 @@ class Foreign:
     end_offset: int
 
 
-Item = Record | Rejection | Foreign
+@dataclass(frozen=True)
+class Truncation:
+    """The corpus cannot be read past this point (a cut or corrupt ``.gz``): the last item.
+
+    line: the first line that could not be read; end_offset: decompressed bytes read intact
+    (the end of the line before); file_position: bytes of the file on disk consumed.
+    """
+
+    line: int
+    end_offset: int
+    file_position: int
+    message: str
+
+
+Item = Record | Rejection | Foreign | Truncation
 
 
 def worker_of(key: str, workers: int) -> int:
@@ -109,14 +132,24 @@ def open_corpus(path: str) -> tuple[IO[bytes], IO[bytes]]:
     """
     if path == STDIN:
         return sys.stdin.buffer, sys.stdin.buffer
+    check_corpus(path)
+    raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        return io.BufferedReader(GzipStream(raw), buffer_size=1 << 20), raw
+    return raw, raw
+
+
+def check_corpus(path: str) -> None:
+    """Raise ``CorpusError`` unless ``path`` is ``-`` (stdin) or a readable file."""
+    if path == STDIN:
+        return
     p = Path(path)
     if not p.is_file():
-        raise CorpusError(f"corpus file {path!r} does not exist or is not a file")
-    raw = open(p, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        gz = gzip.GzipFile(fileobj=raw, mode="rb")
-        return io.BufferedReader(gz, buffer_size=1 << 20), raw  # type: ignore[arg-type]
-    return raw, raw
+        what = "is a directory, not a file" if p.is_dir() else "does not exist"
+        raise CorpusError(f"corpus file {path} {what}; give the path of a JSONL or JSONL.gz "
+                          "corpus, or '-' for stdin")
+    if not os.access(p, os.R_OK):
+        raise CorpusError(f"corpus file {path} is not readable (permissions)")
 
 
 def is_gzip(path: str) -> bool:
@@ -146,11 +179,16 @@ class CorpusReader:
             read again but not yielded; the ids they contain re-enter the duplicate check, and
             the byte offset after ``resume_line`` must equal ``resume_offset`` (else the corpus
             changed since the checkpoint and resuming would lose or double documents).
+        report_truncation: when the file cannot be read to its end (a cut or corrupt
+            ``.gz``), end with a ``Truncation`` item instead of raising ``CorpusError``
+            (either way only after every line before it).
     """
 
     def __init__(self, path: str, *, worker: tuple[int, int] = (0, 1),
-                 resume_line: int = 0, resume_offset: int = 0) -> None:
+                 resume_line: int = 0, resume_offset: int = 0,
+                 report_truncation: bool = False) -> None:
         self.path = path
+        self.report_truncation = report_truncation
         self.worker_id, self.workers = worker
         self.resume_line = resume_line
         self.resume_offset = resume_offset
@@ -185,7 +223,18 @@ class CorpusReader:
     def _items(self, stream: IO[bytes]) -> Iterator[Item]:
         offset = 0
         line_no = 0
-        for raw in stream:
+        lines = iter(stream)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except (EOFError, OSError, zlib.error) as exc:  # gzip: cut short, or bad data
+                cut = self._truncation(line_no + 1, offset, exc)
+                if not self.report_truncation:
+                    raise CorpusError(cut.message) from exc
+                yield cut
+                return
             line_no += 1
             offset += len(raw)
             self.bytes_read = offset
@@ -202,9 +251,23 @@ class CorpusReader:
             raise IngestError(f"{self.path} has {line_no} lines but the checkpoint is at line "
                               f"{self.resume_line}: the corpus changed; rerun with --restart.")
 
+    def _truncation(self, line_no: int, offset: int, exc: BaseException) -> Truncation:
+        if line_no <= self.resume_line:
+            raise IngestError(f"{self.path} cannot be read past line {line_no - 1} ({exc}) but "
+                              f"the checkpoint is at line {self.resume_line}: the corpus "
+                              "changed; rerun with --restart.")
+        position = self.file_position()
+        return Truncation(line_no, offset, position, (
+            f"{self.path} is cut short or corrupt from line {line_no} on: it could not be read "
+            f"past byte {position} of the file ({offset} bytes uncompressed; {exc}). The "
+            f"{line_no - 1} lines before were read; get a complete copy of the file to ingest "
+            "the rest"))
+
     def _classify(self, raw: bytes, line_no: int, end: int) -> Item:
         if not raw.strip():
             return Foreign(line_no, end)
+        if line_no == 1 and raw.startswith(BOM):  # editors on Windows write one
+            raw = raw[len(BOM):]
         parsed = _parse_line(raw, line_no, end)
         if isinstance(parsed, Rejection):
             return parsed if self._mine_by_line(line_no) else Foreign(line_no, end)
@@ -240,8 +303,11 @@ class CorpusReader:
             return Rejection(line_no, end, DUPLICATE_ID,
                              f"id {doc_id!r} already appeared earlier in the corpus; "
                              "this later occurrence is skipped", id=doc_id, excerpt=_excerpt(raw))
+        meta = _metadata(obj)
+        if isinstance(meta, str):
+            return Rejection(line_no, end, CONFLICTING_FIELD, meta, id=doc_id, excerpt=_excerpt(raw))
         self._seen.add(doc_id)
-        return Record(line_no, end, doc_id, fields["title"], fields["text"], _metadata(obj))
+        return Record(line_no, end, doc_id, fields["title"], fields["text"], meta)
 
     def _mine_by_line(self, line_no: int) -> bool:
         return line_no % self.workers == self.worker_id
@@ -253,17 +319,36 @@ def _parse_line(raw: bytes, line_no: int, end: int) -> dict[str, Any] | Rejectio
     except UnicodeDecodeError as exc:
         return Rejection(line_no, end, INVALID_UTF8,
                          f"byte {exc.start} of the line is not valid UTF-8 ({raw[exc.start:exc.start + 1]!r})",
-                         excerpt=_excerpt(raw))
+                         id=readable_id(raw), excerpt=_excerpt(raw))
     try:
         obj = json.loads(decoded)
     except json.JSONDecodeError as exc:
         return Rejection(line_no, end, MALFORMED_JSON, f"invalid JSON: {exc.msg} at column {exc.colno}",
-                         excerpt=_excerpt(raw))
+                         id=readable_id(raw), excerpt=_excerpt(raw))
     if not isinstance(obj, dict):
         return Rejection(line_no, end, NOT_AN_OBJECT,
                          f"a corpus line must be a JSON object, got {type(obj).__name__}",
                          excerpt=_excerpt(raw))
     return obj
+
+
+# "_id" (or "id") followed by a JSON string or integer, wherever it stands in the line
+_ID_PATTERN = re.compile(rb'"(_id|id)"\s*:\s*("(?:[^"\\\x00-\x1f]|\\.)*"|-?\d+)')
+
+
+def readable_id(raw: bytes) -> str | None:
+    """The id of a line that is not valid JSON (or not UTF-8), when it can still be read:
+    for the dead-letter file, so a broken line can be found by its id. ``_id`` wins over
+    ``id``, as for valid lines; None when neither is readable."""
+    found: dict[bytes, str] = {}
+    for m in _ID_PATTERN.finditer(raw):
+        try:
+            value = json.loads(m.group(2).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        found.setdefault(m.group(1), str(value))
+    doc_id = found.get(b"_id", found.get(b"id"))
+    return doc_id if doc_id and len(doc_id.encode("utf-8")) <= MAX_ID_BYTES else None
 
 
 def _extract_id(obj: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -279,8 +364,12 @@ def _extract_id(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     return doc_id, None
 
 
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    """Every key but the id (the one used), title and text; a nested 'metadata' dict is merged."""
+def _metadata(obj: dict[str, Any]) -> dict[str, Any] | str:
+    """Every key but the id (the one used), title and text; a nested 'metadata' dict is merged.
+
+    A name given both at the top level and inside 'metadata' with different values is not
+    guessed at: the returned string says which (the line is refused); equal values are one.
+    """
     id_key = "_id" if "_id" in obj else "id"
     meta: dict[str, Any] = {}
     nested = obj.get("metadata")
@@ -289,8 +378,16 @@ def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
     for key, value in obj.items():
         if key in (id_key, "title", "text") or (key == "metadata" and isinstance(nested, dict)):
             continue
+        if key in meta and meta[key] != value:
+            return (f"field {key!r} is given both at the top level ({_short(value)}) and inside "
+                    f"'metadata' ({_short(meta[key])}); keep one of them")
         meta[key] = value
     return meta
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _excerpt(raw: bytes) -> str:

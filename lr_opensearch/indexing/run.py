@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.errors import ConfigError
+from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestError
 
 from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
@@ -32,9 +33,9 @@ from .documents import SparseKeys
 from .index_setup import ensure_index
 from .pipeline import EncodePipeline
 from .progress import Progress
-from .reader import CorpusReader, Foreign, Rejection
+from .reader import TRUNCATED, CorpusReader, Foreign, Rejection, Truncation, check_corpus
 from .report import DeadLetter, IngestSummary
-from .session import begin_load, checkpoint_file, connect, dead_letter_path, end_load, load_state
+from .session import bulk_load, checkpoint_file, connect, dead_letter_path, end_load, load_state
 from .writer import BulkWriter
 
 if TYPE_CHECKING:
@@ -62,15 +63,32 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
         raise ConfigError(f"run() is one worker; {config.workers} workers need a worker_id each, "
                           "or the launcher: python -m ingest.bulk ... --workers N")
     started = time.perf_counter()
+    check_corpus(config.corpus)
+    if config.device is not None and encoder is None:
+        from lr_opensearch.model.device import check_device
+
+        check_device(config.device)
     bundle = load_bundle(config.bundle)
     _fit_hint(bundle, config)
     from lr_opensearch.engine.adapters import make_adapter
 
-    adapter = make_adapter(client if client is not None else connect(config))
-    ensure_index(adapter, config.index, bundle)
-    ck = checkpoint_file(config, bundle.bundle_id)
-    with ck.exclusive() if ck is not None else contextlib.nullcontext():
-        return _ingest(config, adapter, encoder, bundle, ck, started)
+    with resumable(config):
+        adapter = make_adapter(client if client is not None else connect(config))
+        ensure_index(adapter, config.index, bundle)
+        ck = checkpoint_file(config, bundle.bundle_id)
+        with ck.exclusive() if ck is not None else contextlib.nullcontext():
+            return _ingest(config, adapter, encoder, bundle, ck, started)
+
+
+@contextlib.contextmanager
+def resumable(config: IngestConfig) -> Iterator[None]:
+    """The cluster stopped answering (or refused an administrative call) mid-run: say that
+    nothing acknowledged is lost and that the same command resumes."""
+    try:
+        yield
+    except EngineError as exc:
+        raise IngestError(f"{exc}. Nothing acknowledged is lost: once the cluster answers, "
+                          f"rerun the same command to resume (index {config.index!r})") from exc
 
 
 def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
@@ -97,17 +115,17 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
         summary.counts, summary.complete = state.counts, True
         summary.dead_letter = state.dead_letter
         return summary
-    if config.bulk_settings.enabled:
-        begin_load(adapter, config, ck, state)
-    if encoder is None:
-        from lr_opensearch.model import DocEncoder
-
-        encoder = DocEncoder.from_bundle(bundle, device=config.device, batch_size=config.batch_size)
     dl = DeadLetter(dead_letter_path(config, ck), corpus=config.corpus, index=config.index,
                     keep_through_line=state.line)
     state.dead_letter = summary.dead_letter = str(dl.path)
     try:
-        _load(config, adapter, encoder, bundle, ck, state, dl, summary)
+        with bulk_load(adapter, config, ck, state):
+            if encoder is None:
+                from lr_opensearch.model import DocEncoder
+
+                encoder = DocEncoder.from_bundle(bundle, device=config.device,
+                                                 batch_size=config.batch_size)
+            _load(config, adapter, encoder, bundle, ck, state, dl, summary)
     finally:
         dl.close()
     end_load(adapter, config, ck, state)
@@ -136,12 +154,17 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
                               batch_size=config.batch_size, chunk_size=config.chunk_size,
                               sort_window=config.sort_window, corpus=config.corpus)
     reader = CorpusReader(config.corpus, worker=config.split, resume_line=state.line,
-                          resume_offset=state.offset)
+                          resume_offset=state.offset, report_truncation=True)
+    cut: Truncation | None = None
     t0 = time.perf_counter()
     try:
         with Progress(config, reader, initial_line=state.line) as progress:
             for item in reader:
-                if isinstance(item, Foreign):
+                if isinstance(item, Truncation):
+                    cut = item
+                    dl.add(line=item.line, doc_id=None, kind=SKIPPED, reason=TRUNCATED,
+                           message=item.message)
+                elif isinstance(item, Foreign):
                     wm.passed(item.line, item.end_offset)
                 elif isinstance(item, Rejection):
                     wm.register(item.line, item.end_offset, SKIPPED, reason=item.reason)
@@ -168,6 +191,9 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
     summary.write_s, summary.retries = writer.write_s, writer.retries
     if wm.pending:  # internal invariant: every registered line got an outcome
         raise AssertionError(f"{wm.pending} lines still pending after the writer finished")
+    if cut is not None:  # everything readable is in; the run cannot be complete
+        raise CorpusError(f"{cut.message}. The {state.counts.indexed} documents read before it "
+                          f"are indexed; dead letters: {dl.path}")
 
 
 def exit_code(summary: IngestSummary) -> int:

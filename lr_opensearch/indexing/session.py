@@ -1,9 +1,13 @@
 """One ingest session's state around the pipeline: connection, checkpoint, dead letters,
-bulk-load settings. Shared by ``run`` (one worker) and the app's multi-worker launcher."""
+bulk-load settings (held through the index's shared record, ``load_lease``). Shared by ``run`` (one worker) and the app's multi-worker launcher."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +15,8 @@ from lr_opensearch.errors import LRError
 
 from .checkpoint import CheckpointFile, CheckpointKey, CheckpointState
 from .config import IngestConfig
-from .index_setup import apply_load_settings, current_settings, final_refresh, restore_settings
+from .index_setup import current_settings, final_refresh, restore_settings
+from .load_lease import join_load, leave_load
 
 if TYPE_CHECKING:
     from lr_opensearch.engine.adapter import EngineAdapter
@@ -84,20 +89,46 @@ def _warn_stale_checkpoints(ck: CheckpointFile) -> None:
                            other)
 
 
-def begin_load(adapter: EngineAdapter, config: IngestConfig, ck: CheckpointFile | None,
-                state: CheckpointState) -> None:
-    if state.original_settings is None:
-        state.original_settings = current_settings(adapter, config.index)
-        if ck is not None:  # saved before changing anything, so a crash cannot lose them
+def run_id(ck: CheckpointFile | None) -> str:
+    """This run in the index's shared load record: its checkpoint (so a rerun after a crash
+    takes the crashed run's place), or a one-off id when reading stdin."""
+    return ck.path.stem if ck is not None else f"stdin-{socket.gethostname()}-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def bulk_load(adapter: EngineAdapter, config: IngestConfig, ck: CheckpointFile | None,
+              state: CheckpointState) -> Iterator[None]:
+    """Load settings on the index for the body (``load_lease``). If the body fails or is
+    interrupted, this run leaves the shared record before the error goes on, so the
+    settings come back unless another run is still loading; a failure to restore them is
+    logged and never hides the original error. On success the caller calls ``end_load``.
+    """
+    enabled = config.bulk_settings.enabled
+    rid = run_id(ck)
+    if enabled:
+        state.original_settings = join_load(adapter, config.index, rid, Path(config.state_dir),
+                                            fallback=state.original_settings)
+        if ck is not None:
             ck.save(state)
-    apply_load_settings(adapter, config.index)
+    try:
+        yield
+    except BaseException:
+        if enabled:
+            try:
+                leave_load(adapter, config.index, rid, Path(config.state_dir), config.bulk_settings)
+            except Exception as exc:  # noqa: BLE001 - the run's own error is the one to report
+                logger.warning("index %s: could not restore its settings after the failure "
+                               "(%s); the rerun restores them", config.index, exc)
+        raise
 
 
 def end_load(adapter: EngineAdapter, config: IngestConfig, ck: CheckpointFile | None,
-              state: CheckpointState) -> None:
+             state: CheckpointState) -> None:
+    """After a complete load: restore the settings (the last run out), refresh, mark the
+    checkpoint complete."""
     wanted = config.bulk_settings
     if wanted.enabled:
-        restore_settings(adapter, config.index, state.original_settings, wanted)
+        leave_load(adapter, config.index, run_id(ck), Path(config.state_dir), wanted)
     elif wanted.refresh_interval is not None or wanted.replicas is not None:
         restore_settings(adapter, config.index, current_settings(adapter, config.index), wanted)
     final_refresh(adapter, config.index)

@@ -11,7 +11,10 @@ through :meth:`EngineAdapter.bulk <lr_opensearch.engine.adapter.EngineAdapter.bu
   attempt the run stops with ``IngestError``; nothing is lost, since the checkpoint only
   covers acknowledged lines, and rerunning the same command resumes;
 - any other refusal (e.g. 400 mapper_parsing_exception): a permanent, per-document
-  failure, written to the dead-letter file with the engine's reason and settled as failed.
+  failure, written to the dead-letter file with the engine's reason and settled as failed;
+- 413 (the request is over the cluster's ``http.max_content_length``): the documents are
+  sent again one per request and later requests are made smaller; a document refused
+  alone is dead-lettered as ``document_too_large``, with the limit to raise.
 
 After every chunk the ``on_chunk_done`` callback runs (it advances the watermark and saves
 the checkpoint), in the writer thread, after all the chunk's items are settled.
@@ -19,6 +22,7 @@ the checkpoint), in the writer thread, after all the chunk's items are settled.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import random
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+TOO_LARGE = "document_too_large"  # dead-letter reason of a document refused alone with 413
+MIN_CHUNK_BYTES = 64 * 1024  # bulk requests are not made smaller than this after a 413
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,13 @@ class BulkWriter:
         pending = chunk
         for attempt in range(1, self.retry.max_attempts + 1):
             retry: list[tuple[Doc, Any, str]] = []
-            for doc, ok, info in self._send(pending):
+            results = self._send(pending)
+            too_large = [doc for doc, ok, info in results if not ok and info.get("status") == 413]
+            if too_large:
+                alone = {id(doc) for doc in too_large}
+                results = [r for r in results if id(r[0]) not in alone]
+                results += self._send_alone(too_large, len(pending))
+            for doc, ok, info in results:
                 if ok:
                     self.watermark.settle(doc.line, INDEXED, truncated=doc.truncated,
                                           title_only=doc.title_only)
@@ -189,9 +201,7 @@ class BulkWriter:
                 if is_retryable(status):
                     retry.append((doc, status, f"{kind}: {message}"))
                 else:
-                    self.dead_letter.add(line=doc.line, doc_id=doc.id, kind=FAILED, reason=kind,
-                                         message=f"HTTP {status}: {message}")
-                    self.watermark.settle(doc.line, FAILED, reason=kind)
+                    self._refuse(doc, kind, f"HTTP {status}: {message}")
             if not retry:
                 return
             if attempt == self.retry.max_attempts:
@@ -207,12 +217,44 @@ class BulkWriter:
             time.sleep(delay)
             pending = [doc for doc, _, _ in retry]
 
-    def _send(self, docs: list[Doc]) -> list[tuple[Doc, bool, dict[str, Any]]]:
+    def _refuse(self, doc: Doc, reason: str, message: str) -> None:
+        self.dead_letter.add(line=doc.line, doc_id=doc.id, kind=FAILED, reason=reason,
+                             message=message)
+        self.watermark.settle(doc.line, FAILED, reason=reason)
+
+    def _send_alone(self, docs: list[Doc], sent_with: int) -> list[tuple[Doc, bool, dict[str, Any]]]:
+        """HTTP 413: the request was larger than the cluster's ``http.max_content_length``.
+        Later chunks go in smaller requests; these documents are sent one per request, and
+        one refused alone is too large by itself: dead-lettered with the limit to raise."""
+        if sent_with > 1:
+            self.max_chunk_bytes = max(MIN_CHUNK_BYTES, self.max_chunk_bytes // 2)
+            logger.warning("index %s: the cluster refused a bulk request of %d documents as too "
+                           "large (HTTP 413, over its http.max_content_length); sending them "
+                           "one by one, and at most %.1f MB per request from now on", self.index,
+                           sent_with, self.max_chunk_bytes / 1e6)
+            results = self._send(docs, max_chunk_bytes=1)  # every action alone
+        else:
+            results = [(doc, False, {"status": 413}) for doc in docs]
+        out = []
+        for doc, ok, info in results:
+            if not ok and info.get("status") == 413:
+                size = len(json.dumps(doc.source, ensure_ascii=False).encode("utf-8"))
+                self._refuse(doc, TOO_LARGE, (
+                    f"HTTP 413: the document is too large for the cluster: {size / 1e6:.1f} MB "
+                    "of JSON alone exceed its http.max_content_length (100mb unless set in "
+                    "opensearch.yml / elasticsearch.yml). Shorten or split the document, or "
+                    "raise http.max_content_length on every node and rerun with --restart"))
+            else:
+                out.append((doc, ok, info))
+        return out
+
+    def _send(self, docs: list[Doc], *,
+              max_chunk_bytes: int | None = None) -> list[tuple[Doc, bool, dict[str, Any]]]:
         """One pass of the bulk helper over ``docs``; results in the same order as ``docs``."""
         actions = [{"_op_type": "index", "_index": self.index, "_id": d.id, "_source": d.source}
                    for d in docs]
         t0 = time.perf_counter()
-        results = self.adapter.bulk(actions, max_chunk_bytes=self.max_chunk_bytes)
+        results = self.adapter.bulk(actions, max_chunk_bytes=max_chunk_bytes or self.max_chunk_bytes)
         self.write_s += time.perf_counter() - t0
         if len(results) != len(docs):  # internal invariant of the helper
             raise IngestError(f"bulk helper answered {len(results)} items for {len(docs)} documents")

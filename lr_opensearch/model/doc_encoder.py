@@ -20,6 +20,7 @@ import torch
 
 from lr_opensearch.bundle.format import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
+from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
 from lr_opensearch.model.medusa import MEDUSA_FILE, soft_top_k
@@ -67,7 +68,7 @@ class DocEncoder:
     def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,
                  served_dim: int | None = None, top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
                  batch_size: int = 32, device: torch.device | str | None = None) -> None:
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = check_device(device) if device is not None else default_device()
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.max_length = max_length

@@ -1,0 +1,108 @@
+"""The corpus reader on inputs a careless or hostile user gives it (no node, no model):
+a cut ``.gz``, a UTF-8 BOM, a field both at the top level and in ``metadata``, broken
+lines whose id is still readable."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from lr_opensearch.errors import CorpusError
+from lr_opensearch.indexing import reader as rd
+
+
+def jl(obj: object) -> bytes:
+    return (json.dumps(obj) + "\n").encode("utf-8")
+
+
+def items(path: Path, **kw: object) -> list[rd.Item]:
+    return list(rd.CorpusReader(str(path), **kw))  # type: ignore[arg-type]
+
+
+def cut_gzip(path: Path, n: int, keep: float) -> Path:
+    """n documents gzipped, then only the first ``keep`` share of the compressed bytes."""
+    data = gzip.compress(b"".join(jl({"_id": f"d{i}", "text": f"document {i} " * 20})
+                                  for i in range(n)))
+    path.write_bytes(data[: int(len(data) * keep)])
+    return path
+
+
+def test_a_cut_gzip_gives_the_readable_lines_then_one_truncation(tmp_path: Path) -> None:
+    path = cut_gzip(tmp_path / "c.jsonl.gz", 400, 0.6)
+    got = items(path, report_truncation=True)
+    records, last = got[:-1], got[-1]
+    assert records and all(isinstance(x, rd.Record) for x in records)
+    assert [x.line for x in records] == list(range(1, len(records) + 1))
+    assert 100 < len(records) < 400
+    assert isinstance(last, rd.Truncation)
+    assert last.line == len(records) + 1 and last.end_offset == records[-1].end_offset
+    assert 0 < last.file_position <= path.stat().st_size
+    assert str(path) in last.message and f"line {last.line}" in last.message
+    # resuming inside the readable part meets the same end, at the same place
+    again = items(path, resume_line=10, resume_offset=records[9].end_offset,
+                  report_truncation=True)
+    assert isinstance(again[-1], rd.Truncation) and again[-1].line == last.line
+    assert len(again) == len(got) - 10
+    # a reader not asked for the Truncation item raises, after the same readable lines
+    seen = []
+    with pytest.raises(CorpusError, match="cut short or corrupt"):
+        seen.extend(rd.CorpusReader(str(path)))
+    assert len(seen) == len(records)
+
+
+def test_corrupt_gzip_data_is_a_truncation_too(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(b"".join(jl({"_id": f"d{i}", "text": "x " * 30})
+                                            for i in range(300))))
+    data[len(data) // 2: len(data) // 2 + 40] = b"\x00" * 40
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(bytes(data))
+    last = items(path, report_truncation=True)[-1]
+    assert isinstance(last, rd.Truncation) and str(path) in last.message
+
+
+def test_a_utf8_bom_on_the_first_line_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    lines = [b"\xef\xbb\xbf" + jl({"_id": "a", "text": "alpha"}), jl({"_id": "b", "text": "beta"})]
+    path.write_bytes(b"".join(lines))
+    got = items(path)
+    assert [type(x) for x in got] == [rd.Record, rd.Record]
+    assert got[0].id == "a" and got[0].end_offset == len(lines[0])
+
+
+def test_a_bom_later_in_the_file_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "bom2.jsonl"
+    path.write_bytes(jl({"_id": "a", "text": "alpha"}) + b"\xef\xbb\xbf" + jl({"_id": "b", "text": "b"}))
+    got = items(path)
+    assert isinstance(got[1], rd.Rejection) and got[1].reason == rd.MALFORMED_JSON
+
+
+def test_a_field_both_top_level_and_in_metadata_is_refused_unless_equal(tmp_path: Path) -> None:
+    path = tmp_path / "meta.jsonl"
+    path.write_bytes(b"".join([
+        jl({"_id": "clash", "text": "t", "year": 2000, "metadata": {"year": 1999}}),
+        jl({"_id": "same", "text": "t", "year": 1999, "metadata": {"year": 1999}}),
+        jl({"_id": "apart", "text": "t", "lang": "en", "metadata": {"year": 1999}}),
+    ]))
+    clash, same, apart = items(path)
+    assert isinstance(clash, rd.Rejection) and clash.reason == rd.CONFLICTING_FIELD
+    assert clash.id == "clash" and "'year'" in clash.message and "metadata" in clash.message
+    assert isinstance(same, rd.Record) and same.metadata == {"year": 1999}
+    assert isinstance(apart, rd.Record) and apart.metadata == {"year": 1999, "lang": "en"}
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    (b'{"_id": "b", "text": "unterminated\n', "b"),
+    (b'{"_id": "e", "text": "caf\xe9"}\n', "e"),
+    (b'{"title": "t", "id": 42, "text": \n', "42"),
+    (b'{"_id": "esc\\"aped", "text": \n', 'esc"aped'),
+    (b'{"text": "no id at all"\n', None),
+])
+def test_a_broken_line_keeps_its_id_when_it_is_readable(tmp_path: Path, raw: bytes,
+                                                        want: str | None) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(raw)
+    (item,) = items(path)
+    assert isinstance(item, rd.Rejection) and item.id == want
