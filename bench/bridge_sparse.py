@@ -49,8 +49,8 @@ sys.path.insert(0, str(REPO))
 from lr_opensearch.bundle.keys import encode_key  # noqa: E402
 from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir  # noqa: E402
 from lr_opensearch.indexing.reader import document_text  # noqa: E402
+from lr_opensearch.legs import DEFAULT_RANK_CONSTANT  # noqa: E402
 from lr_opensearch.model import DocEncoder  # noqa: E402
-from lr_opensearch.search.fusion import DEFAULT_RANK_CONSTANT  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.train import Trainer  # noqa: E402
 

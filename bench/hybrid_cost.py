@@ -123,7 +123,7 @@ def profile_hybrid(retriever: Any, text: str, c: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.evaluation import load_beir
-    from lr_opensearch.options import parse_weights
+    from lr_opensearch.legs import parse_weights
     from lr_opensearch.search import Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

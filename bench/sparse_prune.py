@@ -33,7 +33,7 @@ from hybrid_cost import add_common_args, batches, latency_ms, ndcg_at_10, time_s
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.evaluation import load_beir
-    from lr_opensearch.options import parse_weights
+    from lr_opensearch.legs import parse_weights
     from lr_opensearch.query import QueryEncoder
     from lr_opensearch.search import Retriever, connect
 
