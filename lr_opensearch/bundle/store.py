@@ -20,15 +20,12 @@ import re
 from pathlib import Path
 
 from lr_opensearch.bundle.format import MANIFEST_FILE
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.packaged import cache_dir
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "packaged:minilm"
-
-
-def cache_dir() -> Path:
-    """``$LR_CACHE_DIR``, else ``~/.cache/lr-opensearch``."""
-    return Path(os.environ.get("LR_CACHE_DIR", Path.home() / ".cache" / "lr-opensearch"))
 
 
 def store_dir() -> Path:
@@ -111,3 +108,33 @@ def find_bundle(bundle_id: str, store: Path | None = None) -> Path | None:
         if found == bundle_id:
             return manifest.parent
     return None
+
+
+def bundle_of_index(index: str, meta: dict[str, object]) -> Path:
+    """The bundle an index was built with, on this machine: the path recorded in its
+    ``_meta`` at creation if that bundle is there (same id), else the store's bundle of
+    that id.
+
+    Raises:
+        ConfigError: the index is not a LightRetriever index, or its bundle is not here
+            (the message says where it was and what to do).
+    """
+    bundle_id = str(meta.get("bundle_id") or "")
+    if not bundle_id:
+        raise ConfigError(f"index {index!r} has no _meta.lightretriever.bundle_id: it was not "
+                          "made by lr-opensearch; give --bundle DIR")
+    recorded = meta.get("bundle_path")
+    if isinstance(recorded, str) and is_bundle(Path(recorded)):
+        try:
+            found = json.loads((Path(recorded) / MANIFEST_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = {}
+        if found.get("bundle_id") == bundle_id:
+            return Path(recorded)
+    stored = find_bundle(bundle_id)
+    if stored is not None:
+        return stored
+    where = f" (it was at {recorded} where the index was made)" if recorded else ""
+    raise ConfigError(f"index {index!r} was built with bundle {bundle_id}{where}, which is not "
+                      f"on this machine: copy that bundle here and give --bundle DIR, or put it "
+                      f"in the bundle store {store_dir()}")

@@ -55,6 +55,39 @@ def client_from_args(args: argparse.Namespace) -> Any:
     return connect(**kwargs)
 
 
+BUNDLE_ENV = "LR_BUNDLE"  # the bundle of every command when --bundle is not given
+
+
+def add_bundle_arg(parser: Any, *, index_known: bool = True) -> None:
+    """``--bundle`` of the commands that search an index: optional where the index's
+    ``_meta`` names its bundle (``index_known``)."""
+    found = (" (default env LR_BUNDLE, else the bundle the index was built with: the path "
+             "its _meta records, or the local bundle store)") if index_known else \
+        " (default env LR_BUNDLE)"
+    parser.add_argument("--bundle", default=None, help="model bundle directory" + found)
+
+
+def bundle_path(args: argparse.Namespace, client: Any = None) -> str:
+    """``--bundle``, else ``$LR_BUNDLE``, else the bundle the index ``args.index`` was built
+    with, found on this machine (:func:`lr_opensearch.bundle.store.bundle_of_index`)."""
+    import os
+
+    from lr_opensearch.errors import ConfigError
+
+    given = args.bundle or os.environ.get(BUNDLE_ENV)
+    if given:
+        return str(given)
+    if not getattr(args, "index", None):
+        raise ConfigError("give --bundle DIR (or --index NAME of an index made by lr-opensearch)")
+    from lr_opensearch.bundle.store import bundle_of_index
+    from lr_opensearch.engine.adapters import make_adapter
+
+    adapter = make_adapter(client if client is not None else client_from_args(args))
+    metas = [m.get("_meta", {}).get("lightretriever", {})
+             for m in adapter.index_mappings(args.index).values()]
+    return str(bundle_of_index(args.index, metas[0] if metas else {}))
+
+
 TRANSPORT_LOGGERS = ("opensearch", "elastic_transport", "urllib3")
 
 

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.cli.common import (
+    BUNDLE_ENV,
+    add_bundle_arg,
+    add_connection_args,
+    bundle_path,
+    client_from_args,
+    quiet_transport,
+)
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation import compare_table, load_reports, parse_runs
 from lr_opensearch.evaluation.config import MODEL_RUNS, RERANKERS, default_runs
@@ -37,16 +45,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise ConfigError("give --dataset DIR (one or more), or --compare [REPORT_DIRS]")
         print(compare_table(load_reports(args.compare or [DEFAULT_OUT])))
         return 0
-    if args.bundle is None:
-        raise ConfigError("--bundle is required to evaluate a dataset")
     if args.index and len(args.dataset) > 1:
         raise ConfigError("--index names one index; give one --dataset with it")
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.evaluation.config import EvalConfig
     from lr_opensearch.evaluation.runs import evaluate
 
-    bundle = load_bundle(args.bundle)
     client = client_from_args(args)
+    if not (args.bundle or args.index or os.environ.get(BUNDLE_ENV)):
+        raise ConfigError("give --bundle DIR to evaluate a dataset (or --index NAME of an index "
+                          "built with the bundle)")
+    bundle = load_bundle(bundle_path(args, client))
     reports: list[dict[str, Any]] = []
     for ds in args.dataset:
         name = Path(ds).resolve().name
@@ -96,7 +105,7 @@ def register(subparsers: Any) -> None:
         default=[],
         help="BEIR folder (corpus.jsonl[.gz], queries.jsonl[.gz], qrels/test.tsv); repeatable",
     )
-    p.add_argument("--bundle", default=None, help="model bundle directory")
+    add_bundle_arg(p)
     p.add_argument(
         "--index", default=None, help="index to use/create (default lr-eval-<dataset>-<bundle id>)"
     )

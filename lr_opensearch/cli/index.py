@@ -94,6 +94,47 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def list_indices(client: Any) -> list[dict[str, Any]]:
+    """Every index made by lr-opensearch on the cluster: name, format, bundle id, document
+    count, and the bundle's directory on this machine (None: not here)."""
+    from lr_opensearch.bundle.store import bundle_of_index
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.templates import META_KEY
+    from lr_opensearch.errors import ConfigError
+
+    adapter = make_adapter(client)
+    out = []
+    for name, mapping in sorted(adapter.index_mappings("*").items()):
+        meta = mapping.get("_meta", {}).get(META_KEY)
+        if not meta:
+            continue
+        try:
+            here: str | None = str(bundle_of_index(name, meta))
+        except ConfigError:
+            here = None
+        out.append({"index": name, "format": meta.get("format", "lightretriever-index"),
+                    "bundle_id": meta.get("bundle_id"), "docs": adapter.count(name),
+                    "bundle": here})
+    return out
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = list_indices(client_from_args(args))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no lr-opensearch index on this cluster (make one with `lr ingest CORPUS`)")
+        return 0
+    width = max(5, *(len(r["index"]) for r in rows))
+    print(f"{'index':<{width}}  {'docs':>9}  {'bundle id':<32}  bundle here")
+    for r in rows:
+        kind = "" if r["format"] == "lightretriever-index" else f" [{r['format']}]"
+        print(f"{r['index']:<{width}}  {r['docs']:>9}  {r['bundle_id'] or '-':<32}  "
+              f"{r['bundle'] or 'no (give --bundle DIR to search it)'}{kind}")
+    return 0
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
     if args.yes != args.index:
         raise EngineError(f"refusing to delete {args.index!r}: repeat its name with "
@@ -134,6 +175,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     add_connection_args(p)
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("list", help="the cluster's lr-opensearch indices: bundle, documents, "
+                       "whether the bundle is on this machine")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_connection_args(p)
+    p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("delete", help="delete an index (asks for its name again)")
     p.add_argument("index")

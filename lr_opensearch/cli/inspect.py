@@ -8,7 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.cli.common import (
+    add_bundle_arg,
+    add_connection_args,
+    bundle_path,
+    client_from_args,
+    quiet_transport,
+)
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import DEFAULT_CANDIDATES
 
@@ -19,8 +25,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         from lr_opensearch.inspect import create_app
     except ImportError as exc:
         raise ConfigError("the inspector needs Flask: pip install 'lr-opensearch[inspect]'") from exc
-    app = create_app(args.bundle, args.index, k=args.k, candidates=args.candidates,
-                     client=client_from_args(args))
+    if not 1 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is not a TCP port (1-65535)")
+    _check_free(args.host, args.port)
+    client = client_from_args(args)
+    app = create_app(bundle_path(args, client), args.index, k=args.k,
+                     candidates=args.candidates, client=client)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: serving on {args.host}: anyone who reaches it can search the index")
     print(f"lr inspect: http://{args.host}:{args.port}/  (index {args.index}; Ctrl-C stops)",
@@ -29,12 +39,26 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_free(host: str, port: int) -> None:
+    """Refuse a port this process cannot bind, before announcing it."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(infos[0][4])
+    except OSError as exc:
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; pick another "
+                          "--port or --host") from None
+
+
 def register(subparsers: Any) -> None:
     """Add ``lr inspect`` to the ``lr`` dispatcher."""
     p = subparsers.add_parser("inspect", help="look at LR hybrid, dense, sparse and BM25 side "
                               "by side in the browser", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", required=True, help="model bundle directory")
+    add_bundle_arg(p)
     p.add_argument("--index", required=True, help="index name")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")

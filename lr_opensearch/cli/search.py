@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import legs
-from lr_opensearch.cli.common import add_connection_args, client_from_args, quiet_transport
+from lr_opensearch.cli.common import (
+    add_bundle_arg,
+    add_connection_args,
+    bundle_path,
+    client_from_args,
+    quiet_transport,
+)
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import parse_weights
 from lr_opensearch.options import (
@@ -189,7 +195,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.search import Retriever, SearchOptions
 
-    bundle = load_bundle(args.bundle)
+    client = client_from_args(args)
+    bundle = load_bundle(bundle_path(args, client))
     reranker: Reranker | None = None
     if args.rerank == "full":
         from lr_opensearch.model.full_model import FullModelReranker
@@ -207,7 +214,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         ef_search=args.ef_search, filter=_filter(args.filter), timeout=args.timeout,
         explain=args.explain, instruction=args.instruction, rerank_depth=args.rerank_depth,
         rerank_budget_s=args.rerank_budget)
-    retriever = Retriever(bundle, client_from_args(args), args.index, options, rerank=reranker,
+    retriever = Retriever(bundle, client, args.index, options, rerank=reranker,
                           sparse_min_idf=args.sparse_min_idf)
     if args.dsl:
         plans = retriever.dsl(args.query)
@@ -242,8 +249,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("query", nargs="+", help="query text(s); several are sent in one _msearch")
-    p.add_argument("--bundle", required=True, help="model bundle directory")
-    p.add_argument("--index", required=True, help="index name")
+    add_bundle_arg(p)
+    p.add_argument("--index", required=True, help="index name (several: a,b, an alias or a "
+                   "wildcard, all of one bundle)")
     p.add_argument("--k", type=int, default=10, help="hits per query (default 10)")
     p.add_argument("--from", dest="from_", type=int, default=0, help="offset into the ranked list")
     p.add_argument("--mode", choices=legs.modes(), default=legs.HYBRID,

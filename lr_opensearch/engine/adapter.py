@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -301,28 +302,33 @@ class EngineAdapter:
                                 index=index))
 
     def index_mapping(self, index: str) -> dict[str, Any]:
-        """The index's ``mappings`` object.
+        """The index's ``mappings`` object (of a target of several indices: the first's).
 
         Raises:
             EngineError: the index does not exist (with how to create it), or no answer.
         """
-        try:
-            resp = self.client.indices.get_mapping(index=index)
-        except self.transport_errors as exc:
-            if status_of(exc) == 404:
-                raise EngineError(f"{self.engine} index {index!r} does not exist; create it "
-                                  f"with `lr index create --bundle BUNDLE --index {index}` or "
-                                  "ingest into it") from exc
-            raise EngineError(f"cannot read the mapping of {self.engine} index {index!r}: "
-                              f"{exc}") from exc
-        return dict(next(iter(dict(resp).values()))["mappings"])
+        mappings = self.index_mappings(index)
+        if not mappings:
+            raise EngineError(f"no {self.engine} index matches {index!r}; create one with `lr "
+                              f"index create --bundle BUNDLE --index NAME` or ingest into it")
+        return next(iter(mappings.values()))
 
     def index_mappings(self, target: str) -> dict[str, dict[str, Any]]:
         """The ``mappings`` of every concrete index behind ``target`` (an index, a list
-        ``a,b``, an alias or a wildcard), by index name; errors as :meth:`index_mapping`."""
-        self.index_mapping(target)  # the one readable error for a target that is not there
-        resp = self._admin(f"reading the mappings of {target!r}", self.client.indices.get_mapping,
-                           index=target)
+        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name.
+
+        Raises:
+            EngineError: a named index does not exist (with how to create it), or no answer.
+        """
+        try:
+            resp = self.client.indices.get_mapping(index=target)
+        except self.transport_errors as exc:
+            if status_of(exc) == 404:
+                raise EngineError(f"{self.engine} index {target!r} does not exist; create it "
+                                  f"with `lr index create --bundle BUNDLE --index {target}` or "
+                                  "ingest into it") from exc
+            raise EngineError(f"cannot read the mapping of {self.engine} index {target!r}: "
+                              f"{exc}") from exc
         return {str(name): dict(body["mappings"]) for name, body in dict(resp).items()}
 
     def index_meta(self, index: str) -> dict[str, Any]:
@@ -359,6 +365,9 @@ class EngineAdapter:
             EngineError: any other refusal, with the server's reason.
         """
         body = self.index_body(bundle, **opts)
+        # where the bundle was on the machine that created the index: `lr search --index`
+        # finds it there (or in the bundle store by id) without --bundle
+        body["mappings"]["_meta"][META_KEY]["bundle_path"] = str(Path(bundle.path).resolve())
         try:
             self._create(index, body)
         except self.transport_errors as exc:
