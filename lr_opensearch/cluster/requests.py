@@ -1,0 +1,111 @@
+"""Text-only LightRetriever requests: the cluster encodes the query (after ``lr models deploy``).
+
+The index's ``_meta.lightretriever.cluster`` (written by :func:`lr_opensearch.cluster.deploy.
+deploy_bundle`) names the two deployed models and the search pipeline. From it,
+:func:`text_sub_queries` builds one sub-query per hybrid leg, each carrying only the text:
+
+* dense: ``{"neural": {"lr_dense": {"query_text": T, "model_id": D, "k": K}}}``
+* sparse: ``{"neural_sparse": {"lr_sparse": {"query_text": T, "model_id": S}}}``
+* bm25: the same ``multi_match`` the client path sends.
+
+These replace the client path's ``knn`` / ``rank_feature`` sub-queries one for one (same
+fields, same ``k``, same filters), so a ``hybrid`` of them fused by the same normalization
+pipeline ranks as the client path does. ``model_ids=False`` leaves the ids out: the index's
+pipeline (``neural_query_enricher``) then supplies them, which is what a curl user sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lr_opensearch.cluster import mlapi
+from lr_opensearch.errors import ConfigError, EngineError
+from lr_opensearch.search.engine import EngineAdapter, Filter, filter_clauses, one_filter
+
+CLUSTER_KEY = "cluster"  # _meta.lightretriever.cluster
+
+
+def cluster_meta(client: Any, index: str) -> dict[str, Any]:
+    """The index's in-cluster record; a one-line EngineError when it has none."""
+    mapping = mlapi.request(client, "GET", f"/{index}/_mapping", what=f"mapping of {index}")
+    meta = next(iter(mapping.values()), {}).get("mappings", {}).get("_meta", {})
+    record = meta.get("lightretriever", {}).get(CLUSTER_KEY)
+    if not record:
+        raise EngineError(f"index {index!r} has no in-cluster query models; run `lr models deploy "
+                          f"--bundle BUNDLE --index {index}` first, or search without --in-cluster")
+    return dict(record)
+
+
+def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
+    """Raise a one-line EngineError unless both models of ``record`` are deployed."""
+    for kind in ("dense", "sparse"):
+        model_id = record[f"{kind}_model_id"]
+        try:
+            state = mlapi.get_model(client, model_id).get("model_state")
+        except EngineError as exc:
+            raise EngineError(f"the {kind} query model {model_id} of index {index!r} is gone "
+                              f"({exc}); run `lr models deploy --bundle BUNDLE --index {index}`"
+                              ) from None
+        if state != mlapi.DEPLOYED:
+            raise EngineError(f"the {kind} query model {model_id} of index {index!r} is {state} "
+                              "(models do not come back by themselves after a node restart); run "
+                              f"`lr models deploy --bundle BUNDLE --index {index}` again")
+
+
+def text_sub_queries(record: Mapping[str, Any], text: str, legs: Sequence[str], *, k: int,
+                     filter: Filter = None, ef_search: int | None = None,
+                     model_ids: bool = True) -> list[dict[str, Any]]:
+    """One text-only sub-query per leg (``dense``, ``sparse``, ``bm25``), in ``legs`` order.
+
+    Args:
+        record: the index's ``_meta.lightretriever.cluster``.
+        text: the query text (sent as it is, inside JSON).
+        legs: the hybrid legs, as the client path orders them.
+        k: hits of the dense leg (the client path's knn ``k``).
+        filter: a query clause (or list) applied to every leg.
+        ef_search: HNSW ``ef_search`` of the dense leg.
+        model_ids: name the models (False: the index's enricher pipeline supplies them).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"a query must be a non-empty string, got {text!r}")
+    clauses = filter_clauses(filter)
+    out: list[dict[str, Any]] = []
+    for leg in legs:
+        if leg == "dense":
+            neural: dict[str, Any] = {"query_text": text, "k": int(k)}
+            if model_ids:
+                neural["model_id"] = record["dense_model_id"]
+            flt = one_filter(clauses)
+            if flt is not None:
+                neural["filter"] = flt
+            if ef_search is not None:
+                neural["method_parameters"] = {"ef_search": int(ef_search)}
+            out.append({"neural": {record["dense_field"]: neural}})
+        elif leg == "sparse":
+            sparse: dict[str, Any] = {"query_text": text}
+            if model_ids:
+                sparse["model_id"] = record["sparse_model_id"]
+            query: dict[str, Any] = {"neural_sparse": {record["sparse_field"]: sparse}}
+            out.append({"bool": {"must": [query], "filter": clauses}} if clauses else query)
+        elif leg == "bm25":
+            out.append(EngineAdapter(None).text_query(text, filter=filter))
+        else:
+            raise ConfigError(f"unknown leg {leg!r}; valid: dense, sparse, bm25")
+    return out
+
+
+def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
+                     candidates: int = 100, filter: Filter = None,
+                     model_ids: bool = False) -> dict[str, Any]:
+    """The whole text-only ``_search`` body for the index's default pipeline (what any
+    client sends: ``GET /<index>/_search`` with this body, or with ``?search_pipeline=``
+    the record's pipeline when it is not the index default)."""
+    legs = record["legs"]
+    subs = text_sub_queries(record, text, legs, k=max(candidates, size), filter=filter,
+                            model_ids=model_ids)
+    query: dict[str, Any] = {"hybrid": {"queries": subs}}
+    if candidates > size:
+        query["hybrid"]["pagination_depth"] = int(candidates)
+    return {"size": int(size), "query": query,
+            "_source": {"excludes": [record["dense_field"], record["sparse_field"]]}}
