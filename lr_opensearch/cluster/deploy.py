@@ -45,7 +45,7 @@ def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[
                        found.get("model_content_hash_value"))
         mlapi.delete(client, found["model_id"])
         found = None
-    if found and found.get("model_state") == mlapi.DEPLOYED:
+    if found and mlapi.serving(client, found["model_id"]):
         return found["model_id"], "reused"
     action = "deployed"
     if found:

@@ -89,6 +89,24 @@ def get_model(client: Any, model_id: str) -> dict[str, Any]:
     return dict(request(client, "GET", f"{ML}/models/{model_id}", what=f"model {model_id}"))
 
 
+def serving(client: Any, model_id: str) -> bool:
+    """True when some node holds the model in memory (the profile API asks the nodes; the
+    stored ``model_state`` can still say DEPLOYED just after a restart)."""
+    res = request(client, "GET", f"{ML}/profile/models/{model_id}", what=f"profile of {model_id}")
+    return any(model_id in (node.get("models") or {}) and
+               node["models"][model_id].get("model_state") == DEPLOYED
+               for node in (res.get("nodes") or {}).values())
+
+
+def state(client: Any, model_id: str) -> str:
+    """``DEPLOYED`` only when a node serves the model, else its stored state (or, when that
+    still says DEPLOYED, ``UNDEPLOYED``: a restart dropped it)."""
+    if serving(client, model_id):
+        return DEPLOYED
+    stored = str(get_model(client, model_id).get("model_state"))
+    return "UNDEPLOYED" if stored == DEPLOYED else stored
+
+
 def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
            chunk_bytes: int = CHUNK_BYTES) -> str:
     """Register a model's metadata and upload its zip in chunks; returns the model id."""
@@ -100,9 +118,7 @@ def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
                   what=f"registering model {name}")
     model_id = str(res["model_id"])
     for n, chunk in enumerate(chunks):
-        request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk,
-                headers={"Content-Type": "application/octet-stream"},
-                what=f"uploading chunk {n + 1}/{len(chunks)} of model {name}")
+        request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk, what=f"uploading chunk {n + 1}/{len(chunks)} of model {name}")
     logger.info("uploaded model %s (%s, %d bytes in %d chunk(s))", name, model_id, len(data),
                 len(chunks))
     return model_id
