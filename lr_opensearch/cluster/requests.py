@@ -28,8 +28,10 @@ CLUSTER_KEY = "cluster"  # _meta.lightretriever.cluster
 
 def cluster_meta(client: Any, index: str) -> dict[str, Any]:
     """The index's in-cluster record; a one-line EngineError when it has none."""
-    mapping = mlapi.request(client, "GET", f"/{index}/_mapping", what=f"mapping of {index}")
-    meta = next(iter(mapping.values()), {}).get("mappings", {}).get("_meta", {})
+    mapping: dict[str, Any] = mlapi.request(client, "GET", f"/{index}/_mapping",
+                                            what=f"mapping of {index}")
+    body: dict[str, Any] = next(iter(mapping.values()), {})
+    meta = body.get("mappings", {}).get("_meta", {})
     record = meta.get("lightretriever", {}).get(CLUSTER_KEY)
     if not record:
         raise EngineError(f"index {index!r} has no in-cluster query models; run `lr models deploy "
