@@ -30,7 +30,7 @@ from lr_opensearch.cluster import (
     text_hybrid_body,
 )
 from lr_opensearch.cluster.deploy import ensure_model
-from lr_opensearch.errors import EngineError, LRError
+from lr_opensearch.errors import ConfigError, EngineError, LRError
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.query import QueryEncoder
 from lr_opensearch.search import Retriever
@@ -70,6 +70,8 @@ def adi(ml_client: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
 
 def test_export_is_deterministic(tmp_path: Path) -> None:
     bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    with pytest.raises(ConfigError, match="at most 512 tokens including the 2 special"):
+        export_dense(bundle, max_tokens=511)
     assert export_dense(bundle).data == export_dense(bundle).data
     assert export_sparse(bundle).data == export_sparse(bundle).data
     other = load_bundle(tiny_bundle(tmp_path / "c", wordpiece_tokenizer(padding=False), seed=1))
@@ -78,9 +80,15 @@ def test_export_is_deterministic(tmp_path: Path) -> None:
 
 def test_cluster_vectors_equal_the_query_encoder(adi: dict[str, Any], ml_client: Any) -> None:
     """Dense: cosine >= 0.9999 (and nearly equal values); sparse: the same keys and weights
-    (an IDF bundle weighs each distinct token once on both paths, so repeats agree too)."""
-    rec, enc = adi["record"], QueryEncoder(adi["bundle"])
-    texts = QUERIES + [q["text"] for q in adi["queries"][:10]] + ["paris paris paris tower"]
+    (an IDF bundle weighs each distinct token once on both paths, so repeats agree too);
+    a query longer than the cap (510 tokens for BERT) is cut alike."""
+    rec = adi["record"]
+    assert rec["max_tokens"] == 510
+    enc = QueryEncoder(adi["bundle"], max_tokens=rec["max_tokens"])
+    long_text = " ".join(q["text"] for q in adi["queries"])
+    assert len(QueryEncoder(adi["bundle"], max_tokens=4096).encode(long_text).token_ids) > 510
+    texts = (QUERIES + [q["text"] for q in adi["queries"][:10]] + ["paris paris paris tower"]
+             + [long_text])
     worst = 1.0
     for text in texts:
         ours = enc.encode(text)

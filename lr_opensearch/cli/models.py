@@ -88,7 +88,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--default-pipeline", action="store_true",
                    help="make the pipeline the index's default (plain _search then fuses)")
     p.add_argument("--instruction", default=None, help="query instruction (default: the bundle's)")
-    p.add_argument("--max-tokens", type=int, default=512, help="query tokens kept (default 512)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="query tokens kept (default: the most the cluster keeps, 510 for BERT "
+                        "tokenizers: ml-commons keeps 512 with the specials)")
     p.add_argument("--sparse-min-idf", type=float, default=0.0, metavar="X",
                    help="leave tokens with IDF below X out of the sparse query (default 0)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait per deploy")

@@ -20,9 +20,13 @@ from typing import Any
 
 from lr_opensearch.bundle import Bundle
 from lr_opensearch.cluster import mlapi
-from lr_opensearch.cluster.export import ModelZip, export_dense, export_sparse
+from lr_opensearch.cluster.export import (
+    ModelZip,
+    cluster_max_tokens,
+    export_dense,
+    export_sparse,
+)
 from lr_opensearch.cluster.requests import CLUSTER_KEY
-from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS
 from lr_opensearch.search.adapters import make_adapter
 from lr_opensearch.search.engine import DENSE_FIELD, SPARSE_FIELD
 from lr_opensearch.search.fusion import bundle_weights, fusion_config
@@ -70,7 +74,7 @@ def pipeline_body(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
-                  instruction: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
+                  instruction: str | None = None, max_tokens: int | None = None,
                   sparse_min_idf: float = 0.0, default_pipeline: bool = False,
                   timeout: float = 300.0) -> dict[str, Any]:
     """Deploy the bundle's query models and (with ``index``) wire them to the index.
@@ -83,6 +87,7 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         EngineError: no ml-commons, a failed deploy, or an index built with another bundle.
     """
     mlapi.require_ml(client)
+    max_tokens = cluster_max_tokens(bundle, max_tokens)
     if index is not None:
         make_adapter(client).check_bundle(index, bundle)
     dense = export_dense(bundle, instruction=instruction, max_tokens=max_tokens)

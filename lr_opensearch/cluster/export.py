@@ -25,7 +25,11 @@ The cluster then encodes LightRetriever queries itself (``lr models deploy``), e
   count bundle: every distinct token then weighs 1).
 
 Both tokenizers truncate at ``max_tokens`` plus the special tokens the template adds, the
-encoder's cap; padding is off. The zips are deterministic (fixed member order and times),
+encoder's cap; padding is off. ml-commons' tokenizer (DJL) never keeps more than
+``CLUSTER_MAX_LENGTH`` (512) tokens including the specials, whatever tokenizer.json says
+(measured: a 824-token query is cut to 510 real tokens with [CLS]/[SEP]), so ``max_tokens``
+is at most 512 minus those specials (510 for BERT); the default is that limit, and a query
+longer than it keeps 510 tokens in the cluster where the client's default keeps 512. The zips are deterministic (fixed member order and times),
 so the same bundle and options give the same bytes, hash and model name.
 
 Where the two paths differ (documented in docs/IN_CLUSTER.md): a count bundle's repeated
@@ -54,6 +58,7 @@ from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, plain_copy
 
 ONNX_OPSET = 17  # ml-commons 3.6 runs onnxruntime 1.16: opset <= 19, IR version <= 9
 ONNX_IR_VERSION = 8
+CLUSTER_MAX_LENGTH = 512  # DJL's cap on the tokens ml-commons' tokenizer keeps, specials included
 MAX_FEATURE_WEIGHT = 64.0  # Lucene's FeatureField.newLinearQuery refuses weights above it
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -95,6 +100,21 @@ def _added_specials(tokenizer: Any) -> int:
     return len(tokenizer.encode("a").ids) - len(tokenizer.encode("a", add_special_tokens=False).ids)
 
 
+def cluster_max_tokens(bundle: Bundle, max_tokens: int | None = None) -> int:
+    """The query-token cap of the cluster's models: ``max_tokens``, by default the most the
+    cluster can keep (``CLUSTER_MAX_LENGTH`` minus the template's specials, capped at the
+    encoder's default); ConfigError above that."""
+    limit = CLUSTER_MAX_LENGTH - _added_specials(plain_copy(bundle.tokenizer))
+    if max_tokens is None:
+        return min(DEFAULT_MAX_TOKENS, limit)
+    if not 1 <= int(max_tokens) <= limit:
+        raise ConfigError(f"max_tokens={max_tokens}: ml-commons keeps at most {CLUSTER_MAX_LENGTH} "
+                          f"tokens including the {CLUSTER_MAX_LENGTH - limit} special ones, so "
+                          f"the cluster's query cap is 1..{limit}; pass --max-tokens {limit} "
+                          "or less (and the same max_tokens to QueryEncoder for equal results)")
+    return int(max_tokens)
+
+
 def cluster_tokenizer(bundle: Bundle, max_tokens: int, dropped: np.ndarray | None = None) -> Any:
     """The bundle's tokenizer as the cluster must run it: no padding, truncation at the
     encoder's cap (``max_tokens`` real tokens plus the template's specials), and with
@@ -102,7 +122,7 @@ def cluster_tokenizer(bundle: Bundle, max_tokens: int, dropped: np.ndarray | Non
     from tokenizers import Regex, decoders
 
     tok = plain_copy(bundle.tokenizer)
-    tok.enable_truncation(max_length=int(max_tokens) + _added_specials(tok))
+    tok.enable_truncation(max_length=cluster_max_tokens(bundle, max_tokens) + _added_specials(tok))
     if dropped is None:
         return tok
     vocab = tok.get_vocab(with_added_tokens=True)
@@ -143,9 +163,10 @@ def _name(bundle: Bundle, kind: str, data: bytes) -> str:
     return f"lr-{bundle.bundle_id[:12]}-{kind}-{hashlib.sha256(data).hexdigest()[:12]}"
 
 
-def export_sparse(bundle: Bundle, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+def export_sparse(bundle: Bundle, *, max_tokens: int | None = None,
                   sparse_min_idf: float = 0.0) -> ModelZip:
     """The ``SPARSE_TOKENIZE`` zip (tokenizer.json with the key decoder, idf.json)."""
+    max_tokens = cluster_max_tokens(bundle, max_tokens)
     dropped = sparse_dropped(bundle, sparse_min_idf)
     tok = cluster_tokenizer(bundle, max_tokens, dropped)
     weights = bundle.sparse_weights
@@ -219,8 +240,9 @@ def dense_onnx(table: np.ndarray, real: np.ndarray) -> bytes:
 
 
 def export_dense(bundle: Bundle, *, instruction: str | None = None,
-                 max_tokens: int = DEFAULT_MAX_TOKENS) -> ModelZip:
+                 max_tokens: int | None = None) -> ModelZip:
     """The ONNX ``TEXT_EMBEDDING`` zip of one instruction's table (served columns)."""
+    max_tokens = cluster_max_tokens(bundle, max_tokens)
     name = bundle.resolve_instruction(instruction)
     table = np.asarray(bundle.table(name)[:, : bundle.config.served_dim])
     real = np.ones(bundle.vocab_size, np.float32)

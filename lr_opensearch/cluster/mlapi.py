@@ -98,7 +98,7 @@ def serving(client: Any, model_id: str) -> bool:
                for node in (res.get("nodes") or {}).values())
 
 
-def state(client: Any, model_id: str) -> str:
+def state_of(client: Any, model_id: str) -> str:
     """``DEPLOYED`` only when a node serves the model, else its stored state (or, when that
     still says DEPLOYED, ``UNDEPLOYED``: a restart dropped it)."""
     if serving(client, model_id):
@@ -136,22 +136,25 @@ def deploy(client: Any, model_id: str, name: str, timeout: float = 300.0) -> Non
     deadline = time.monotonic() + timeout
     while task:
         info = request(client, "GET", f"{ML}/tasks/{task}", what=f"deploy task of model {name}")
-        state = info.get("state")
-        if state == "COMPLETED":
+        task_state = info.get("state")
+        if task_state == "COMPLETED":
             break
-        if state in ("FAILED", "COMPLETED_WITH_ERROR", "CANCELLED"):
+        if task_state in ("FAILED", "COMPLETED_WITH_ERROR", "CANCELLED"):
             raise ModelDeployError(
                 f"deploying model {name} ({model_id}) failed: {_task_error(info)}; see the node "
                 "log (`lr node logs`), fix the cause and run `lr models deploy` again")
         if time.monotonic() > deadline:
             raise ModelDeployError(f"deploying model {name} ({model_id}) did not finish in "
-                                   f"{timeout:.0f} s (task {task}: {state}); run `lr models "
+                                   f"{timeout:.0f} s (task {task}: {task_state}); run `lr models "
                                    "deploy` again later, or with a longer --timeout")
         time.sleep(0.5)
-    state = get_model(client, model_id).get("model_state")
-    if state != DEPLOYED:
-        raise ModelDeployError(f"model {name} ({model_id}) is {state} after its deploy task; "
-                               "run `lr models deploy` again")
+    # the task completes before the model's own record is updated (and, just after a node
+    # restart, that record may still hold an older state): wait until a node serves it
+    while not serving(client, model_id):
+        if time.monotonic() > deadline:
+            raise ModelDeployError(f"model {name} ({model_id}) is {state_of(client, model_id)} "
+                                   "after its deploy task; run `lr models deploy` again")
+        time.sleep(0.5)
 
 
 def _task_error(info: Mapping[str, Any]) -> str:

@@ -44,7 +44,7 @@ def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
     for kind in ("dense", "sparse"):
         model_id = record[f"{kind}_model_id"]
         try:
-            state = mlapi.state(client, model_id)
+            state = mlapi.state_of(client, model_id)
         except EngineError as exc:
             raise EngineError(f"the {kind} query model {model_id} of index {index!r} is gone "
                               f"({exc}); run `lr models deploy --bundle BUNDLE --index {index}`"
