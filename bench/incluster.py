@@ -7,7 +7,7 @@ installation) on free ports, each with the same heap; builds the collection's in
 ml node (tests/incluster_support.py: MiniLM vocabulary, random 32-d table, IDF from the
 collection, three legs) and deploys the bundle's query models with the index's default
 pipeline. Then, for every test query of the collection, one search at a time (k 10,
-100 candidates per leg), ``--rounds`` times:
+100 candidates per leg), ``--rounds`` times, the three paths taking turns query by query:
 
 - ``in-cluster``: ``_search`` with the text-only hybrid body (the cluster encodes);
 - ``client``: ``Retriever.search`` (QueryEncoder in this process, vectors in the body);
@@ -64,16 +64,21 @@ def group_rss_mb(node_dir: Path) -> float:
     return total / 1024
 
 
-def timed(fn: Any, texts: list[str], rounds: int) -> dict[str, float]:
-    fn(texts[0])  # warm
-    times = []
+def timed(fns: dict[str, Any], texts: list[str], rounds: int) -> dict[str, dict[str, float]]:
+    """Per path: median / p99 ms of one search. The paths take turns query by query, so a
+    load change on a shared machine hits them alike."""
+    for fn in fns.values():
+        fn(texts[0])  # warm
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for text in texts:
-            t0 = time.perf_counter()
-            fn(text)
-            times.append(time.perf_counter() - t0)
-    return {"p50_ms": 1000 * float(np.median(times)), "p99_ms": 1000 * float(np.percentile(times, 99)),
-            "searches": len(times)}
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn(text)
+                times[name].append(time.perf_counter() - t0)
+    return {name: {"p50_ms": 1000 * float(np.median(v)),
+                   "p99_ms": 1000 * float(np.percentile(v, 99)), "searches": len(v)}
+            for name, v in times.items()}
 
 
 def main() -> int:
@@ -103,12 +108,12 @@ def main() -> int:
         texts = [q["text"] for q in coll["queries"]]
         retriever = Retriever(coll["bundle"], client, coll["index"], fusion="server")
         index = coll["index"]
-        results = {
-            "in-cluster": timed(lambda t: client.search(index=index, body=text_hybrid_body(
-                record, t, size=10, candidates=retriever.candidates)), texts, args.rounds),
-            "client": timed(lambda t: retriever.search(t, 10), texts, args.rounds),
-            "bm25": timed(lambda t: retriever.search(t, 10, mode="bm25"), texts, args.rounds),
-        }
+        results = timed({
+            "in-cluster": lambda t: client.search(index=index, body=text_hybrid_body(
+                record, t, size=10, candidates=retriever.candidates)),
+            "client": lambda t: retriever.search(t, 10),
+            "bm25": lambda t: retriever.search(t, 10, mode="bm25"),
+        }, texts, args.rounds)
         memory["ml_after_deploy_and_searches_mb"] = group_rss_mb(ml.node_dir)
     finally:
         stop_node(ml.node_dir)

@@ -25,12 +25,11 @@ from lr_opensearch.cluster import (
     cluster_meta,
     deploy_bundle,
     export_dense,
-    export_sparse,
     mlapi,
     text_hybrid_body,
 )
 from lr_opensearch.cluster.deploy import ensure_model
-from lr_opensearch.errors import ConfigError, EngineError, LRError
+from lr_opensearch.errors import EngineError, LRError
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.query import QueryEncoder
 from lr_opensearch.search import Retriever
@@ -66,16 +65,6 @@ def adi(ml_client: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     coll["record"] = deploy_bundle(ml_client, coll["bundle"], coll["index"],
                                    default_pipeline=True)
     return coll
-
-
-def test_export_is_deterministic(tmp_path: Path) -> None:
-    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
-    with pytest.raises(ConfigError, match="at most 512 tokens including the 2 special"):
-        export_dense(bundle, max_tokens=511)
-    assert export_dense(bundle).data == export_dense(bundle).data
-    assert export_sparse(bundle).data == export_sparse(bundle).data
-    other = load_bundle(tiny_bundle(tmp_path / "c", wordpiece_tokenizer(padding=False), seed=1))
-    assert export_dense(other).name != export_dense(bundle).name
 
 
 def test_cluster_vectors_equal_the_query_encoder(adi: dict[str, Any], ml_client: Any) -> None:
