@@ -7,7 +7,8 @@
 ``deploy`` uploads the bundle's query side as two ml-commons models (dense ONNX table mean,
 sparse tokenizer + IDF), deploys them, records their ids in the index ``_meta`` and writes
 the search pipeline, so any client can search the index with text alone. Run it again
-after a node restart (models do not come back by themselves): it uploads nothing twice.
+whenever a model is not served (undeployed, failed; after a node restart ml-commons
+redeploys the deployed models by itself within seconds): it uploads nothing twice.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if not models:
         print("no LightRetriever models on the cluster (lr models deploy --bundle B)")
     for m in models:
-        print(f"{m['model_id']}  {m.get('model_state', '?'):<12} {m['name']}  "
+        print(f"{m['model_id']}  {m['state']:<12} {m['name']}  "
               f"{m.get('algorithm', '?')}")
     return 0
 

@@ -9,7 +9,9 @@ ids per field, so requests carry only the text) plus the normalization of the bu
 weights; optionally it becomes the index's ``index.search.default_pipeline``.
 
 Idempotent: the same bundle and options give the same zips, hence the same models; running
-it again re-deploys models that a node restart left undeployed, and uploads nothing.
+it again deploys what is not served (undeployed, failed, or not yet back after a node
+restart: ml-commons redeploys the models that were deployed by itself, seconds after the
+node starts, and deploy waits for such a redeploy in flight) and uploads nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[
                        found.get("model_content_hash_value"))
         mlapi.delete(client, found["model_id"])
         found = None
+    if found and found.get("model_state") == "DEPLOYING":  # e.g. ml-commons' own redeploy
+        if mlapi.wait_served(client, found["model_id"], min(timeout, 60.0)):
+            return found["model_id"], "reused"
     if found and mlapi.serving(client, found["model_id"]):
         return found["model_id"], "reused"
     action = "deployed"
@@ -131,7 +136,7 @@ def undeploy_bundle(client: Any, bundle_id: str | None = None, *,
     prefix = f"lr-{bundle_id[:12]}-" if bundle_id else "lr-"
     done = []
     for model in mlapi.list_models(client, prefix):
-        if model.get("model_state") == mlapi.DEPLOYED:
+        if model["state"] == mlapi.DEPLOYED or model.get("model_state") == mlapi.DEPLOYED:
             mlapi.undeploy(client, model["model_id"])
         if delete:
             mlapi.delete(client, model["model_id"])

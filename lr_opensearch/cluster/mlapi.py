@@ -77,25 +77,50 @@ def find_model(client: Any, name: str) -> dict[str, Any] | None:
 
 
 def list_models(client: Any, prefix: str = "lr-") -> list[dict[str, Any]]:
-    """Registered models whose name starts with ``prefix`` (newest first)."""
+    """Registered models whose name starts with ``prefix`` (newest first); ``state`` is
+    DEPLOYED only for the ones a node serves (else the stored state, DEPLOYED read as
+    UNDEPLOYED: a restart dropped it)."""
     body = {"size": 1000, "sort": [{"created_time": {"order": "desc"}}],
             "query": {"bool": {"filter": [{"prefix": {"name.keyword": prefix}}],
                                "must_not": [{"exists": {"field": "chunk_number"}}]}}}
     res = request(client, "POST", f"{ML}/models/_search", body, what="listing models")
-    return [{**h["_source"], "model_id": h["_id"]} for h in res.get("hits", {}).get("hits", [])]
+    models = [{**h["_source"], "model_id": h["_id"]} for h in res.get("hits", {}).get("hits", [])]
+    live = served(client) if models else set()
+    for m in models:
+        stored = str(m.get("model_state"))
+        m["state"] = DEPLOYED if m["model_id"] in live else (
+            "UNDEPLOYED" if stored == DEPLOYED else stored)
+    return models
 
 
 def get_model(client: Any, model_id: str) -> dict[str, Any]:
     return dict(request(client, "GET", f"{ML}/models/{model_id}", what=f"model {model_id}"))
 
 
+def served(client: Any, model_id: str | None = None) -> set[str]:
+    """Ids of the models some node holds in memory (``model_id``: only that one is asked).
+    The profile API asks the nodes; a model's stored ``model_state`` can still say DEPLOYED
+    after a restart dropped it."""
+    path = f"{ML}/profile/models" + (f"/{model_id}" if model_id else "")
+    res = request(client, "GET", path, what="model profiles")
+    return {mid for node in (res.get("nodes") or {}).values()
+            for mid, info in (node.get("models") or {}).items()
+            if info.get("model_state") == DEPLOYED}
+
+
 def serving(client: Any, model_id: str) -> bool:
-    """True when some node holds the model in memory (the profile API asks the nodes; the
-    stored ``model_state`` can still say DEPLOYED just after a restart)."""
-    res = request(client, "GET", f"{ML}/profile/models/{model_id}", what=f"profile of {model_id}")
-    return any(model_id in (node.get("models") or {}) and
-               node["models"][model_id].get("model_state") == DEPLOYED
-               for node in (res.get("nodes") or {}).values())
+    """True when some node holds the model in memory."""
+    return model_id in served(client, model_id)
+
+
+def wait_served(client: Any, model_id: str, timeout: float) -> bool:
+    """Poll until a node serves the model (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not serving(client, model_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def state_of(client: Any, model_id: str) -> str:
@@ -150,11 +175,9 @@ def deploy(client: Any, model_id: str, name: str, timeout: float = 300.0) -> Non
         time.sleep(0.5)
     # the task completes before the model's own record is updated (and, just after a node
     # restart, that record may still hold an older state): wait until a node serves it
-    while not serving(client, model_id):
-        if time.monotonic() > deadline:
-            raise ModelDeployError(f"model {name} ({model_id}) is {state_of(client, model_id)} "
-                                   "after its deploy task; run `lr models deploy` again")
-        time.sleep(0.5)
+    if not wait_served(client, model_id, max(1.0, deadline - time.monotonic())):
+        raise ModelDeployError(f"model {name} ({model_id}) is {state_of(client, model_id)} "
+                               "after its deploy task; run `lr models deploy` again")
 
 
 def _task_error(info: Mapping[str, Any]) -> str:

@@ -51,8 +51,8 @@ def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
                               ) from None
         if state != mlapi.DEPLOYED:
             raise EngineError(f"the {kind} query model {model_id} of index {index!r} is {state} "
-                              "(models do not come back by themselves after a node restart); run "
-                              f"`lr models deploy --bundle BUNDLE --index {index}` again")
+                              "(undeployed, failed, or not yet redeployed after a node restart); "
+                              f"run `lr models deploy --bundle BUNDLE --index {index}` again")
 
 
 def text_sub_queries(record: Mapping[str, Any], text: str, legs: Sequence[str], *, k: int,
