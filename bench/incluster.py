@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -117,6 +118,7 @@ def main() -> int:
         memory["ml_after_deploy_and_searches_mb"] = group_rss_mb(ml.node_dir)
     finally:
         stop_node(ml.node_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
     report = {"collection": args.collection, "queries": len(texts), "rounds": args.rounds,
               "heap": args.heap, "deploy_s": round(deploy_s, 1), "latency": results,
               "memory": memory, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
