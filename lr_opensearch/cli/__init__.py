@@ -28,6 +28,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("lr_opensearch.cli.eval", "evaluate runs on a BEIR-format collection"),
     "demo": ("lr_opensearch.cli.demo", "the main job: node, bundle, ingest, search, end to end"),
     "dashboards": ("lr_opensearch.cli.dashboards", "saved objects for Dashboards / Kibana"),
+    "models": ("lr_opensearch.cli.models", "LightRetriever query encoding inside the cluster "
+               "(ml-commons): deploy, list, undeploy"),
     "inspect": ("lr_opensearch.cli.inspect", "LR hybrid, dense, sparse and BM25 side by side in "
                 "the browser"),
 }

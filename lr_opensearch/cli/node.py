@@ -55,8 +55,9 @@ def _node_dir(args: argparse.Namespace) -> Path:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    inst = install(args.cache_dir, engine=args.engine, force=args.force)
-    print(f"{inst.engine.display} {inst.version} installed in {inst.home} "
+    inst = install(args.cache_dir, engine=args.engine, force=args.force, ml=args.with_ml)
+    print(f"{inst.engine.display} {inst.version}{' with ml-commons' if inst.ml else ''} "
+          f"installed in {inst.home} "
           f"(Java {inst.java.major} at {inst.java.path}; {time.monotonic() - started:.0f} s)")
     return 0
 
@@ -77,7 +78,7 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    inst = install(args.cache_dir, engine=args.engine)
+    inst = install(args.cache_dir, engine=args.engine, ml=args.with_ml)
     if args.nodes > 1:
         spec = _spec(args)
         started = time.monotonic()
@@ -167,6 +168,13 @@ def _engine(parser: argparse.ArgumentParser, default: str | None) -> None:
                         help=f"which search engine ({what})")
 
 
+def _with_ml(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--with-ml", action="store_true",
+                        help="OpenSearch with ml-commons (about 500 MB more), so the cluster can "
+                             "encode LightRetriever queries itself (lr models deploy); installed "
+                             "beside the lean node, which stays as it is")
+
+
 def _where(parser: argparse.ArgumentParser, engine_default: str | None = None) -> None:
     _engine(parser, engine_default)
     parser.add_argument("--nodes", type=int, default=1,
@@ -193,6 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _engine(p, DEFAULT_ENGINE)
     p.add_argument("--cache-dir", default=None, help="installation cache")
     p.add_argument("--force", action="store_true", help="reinstall even if installed")
+    _with_ml(p)
     p.set_defaults(func=_cmd_install)
 
     p = sub.add_parser("start", help="start a node in the background and wait for green")
@@ -210,6 +219,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
     p.add_argument("--wait-for", choices=("green", "yellow"), default="green")
     p.add_argument("--no-wait", action="store_true", help="return once the process is started")
+    _with_ml(p)
     p.set_defaults(func=_cmd_start)
 
     p = sub.add_parser("stop", help="stop the node (SIGTERM, then SIGKILL after --timeout)")

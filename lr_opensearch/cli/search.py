@@ -215,7 +215,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         explain=args.explain, instruction=args.instruction, rerank_depth=args.rerank_depth,
         rerank_budget_s=args.rerank_budget)
     retriever = Retriever(bundle, client, args.index, options, rerank=reranker,
-                          sparse_min_idf=args.sparse_min_idf)
+                          sparse_min_idf=args.sparse_min_idf,
+                          encode="cluster" if args.in_cluster else "client")
     if args.dsl:
         plans = retriever.dsl(args.query)
         print(json.dumps(plans, ensure_ascii=False, indent=2) if args.json
@@ -299,6 +300,9 @@ def register(subparsers: Any) -> None:
                    help=f"hits reranked (default {DEFAULT_RERANK_DEPTH})")
     p.add_argument("--rerank-budget", type=float, default=None,
                    help="seconds of reranking per search at most (default: no limit)")
+    p.add_argument("--in-cluster", action="store_true",
+                   help="send the text only: the cluster's query models encode it (after `lr "
+                   "models deploy --bundle B --index I`; docs/IN_CLUSTER.md)")
     p.add_argument("--dsl", action="store_true",
                    help="print the exact request(s) instead of searching, in Dev Tools console "
                    "form (with --json: as JSON); server fusion: one _search with its "

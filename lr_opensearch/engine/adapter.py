@@ -33,8 +33,10 @@ SPARSE_FIELD = "lr_sparse"
 TEXT_FIELDS = ("title", "text")  # BM25 leg, highlighting
 METADATA_FIELD = "metadata"  # a record's extra keys
 # The index's vector fields by the kind of vector they hold (the document encoder's two
-# outputs; the legs that search them are lr_opensearch.legs): `lr index info` reports them
-VECTOR_FIELDS = {"dense": DENSE_FIELD, "sparse": SPARSE_FIELD}
+# outputs; the legs that search them are lr_opensearch.legs): `lr index info` reports them,
+# the in-cluster query models are one per kind
+DENSE_KIND, SPARSE_KIND = "dense", "sparse"
+VECTOR_FIELDS = {DENSE_KIND: DENSE_FIELD, SPARSE_KIND: SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
 # Words of a query text the BM25 clause keeps: multi_match makes one clause per word and
 # field, and the engines refuse a query of more than 1,024 clauses (maxClauseCount) in all,

@@ -93,6 +93,30 @@ class OpenSearchAdapter(EngineAdapter):
             query["bool"]["filter"] = clauses
         return query
 
+    def neural_query(self, text: str, *, model_id: str | None, k: int, filter: Filter = None,
+                     ef_search: int | None = None) -> dict[str, Any]:
+        """``neural`` on the dense field: the cluster's model embeds ``text`` (model_id None:
+        the search pipeline's enricher names it); the same ``k`` and filter as :meth:`dense_query`."""
+        neural: dict[str, Any] = {"query_text": text, "k": int(k)}
+        if model_id is not None:
+            neural["model_id"] = model_id
+        flt = one_filter(filter_clauses(filter))
+        if flt is not None:
+            neural["filter"] = flt
+        if ef_search is not None:
+            neural["method_parameters"] = {"ef_search": int(ef_search)}
+        return {"neural": {self.dense_field: neural}}
+
+    def neural_sparse_query(self, text: str, *, model_id: str | None,
+                            filter: Filter = None) -> dict[str, Any]:
+        """``neural_sparse`` on the sparse field: the cluster's model weighs ``text``'s tokens."""
+        sparse: dict[str, Any] = {"query_text": text}
+        if model_id is not None:
+            sparse["model_id"] = model_id
+        query: dict[str, Any] = {"neural_sparse": {self.sparse_field: sparse}}
+        clauses = filter_clauses(filter)
+        return {"bool": {"must": [query], "filter": clauses}} if clauses else query
+
     def hybrid_query(self, *legs: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side hybrid of the legs' sub-queries (filters are inside each)."""
         return {"hybrid": {"queries": [dict(q) for q in legs]}}

@@ -18,6 +18,7 @@ from lr_opensearch.legs.leg import (
     QUERY_TEXT,
     QUERY_VECTOR,
     TOKEN_WEIGHTS,
+    ClusterSubQueryBuilder,
     Leg,
     LegContext,
     SubQueryBuilder,
@@ -37,18 +38,34 @@ def _text(adapter: SubQueryBuilder, text: Any, ctx: LegContext) -> dict[str, Any
     return adapter.text_query(text, filter=ctx.filter)
 
 
+def _neural(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext,
+            model_id: str | None) -> dict[str, Any]:
+    return adapter.neural_query(text, model_id=model_id, k=ctx.k, filter=ctx.filter,
+                                ef_search=ctx.ef_search)
+
+
+def _neural_sparse(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext,
+                   model_id: str | None) -> dict[str, Any]:
+    return adapter.neural_sparse_query(text, model_id=model_id, filter=ctx.filter)
+
+
+def _text_in_cluster(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext,
+                     model_id: str | None) -> dict[str, Any]:
+    return _text(adapter, text, ctx)  # the engine analyses the text anyway: no model
+
+
 DENSE = Leg(
     name="dense", label="LR dense", input=QUERY_VECTOR, needs="dense query vectors",
     sub_query=knn_sub_query, default_weight=0.4, score=inner_product_from_score, score_label="ip",
-    linear_reads_score=True, run="lr-dense",
+    linear_reads_score=True, run="lr-dense", in_cluster=_neural,
 )
 SPARSE = Leg(
     name="sparse", label="LR sparse", input=TOKEN_WEIGHTS, needs="sparse query maps",
-    sub_query=_sparse, default_weight=0.2, run="lr-sparse",
+    sub_query=_sparse, default_weight=0.2, run="lr-sparse", in_cluster=_neural_sparse,
 )
 BM25 = Leg(
     name="bm25", label="BM25", input=QUERY_TEXT, needs="the query texts (texts=...)",
-    sub_query=_text, default_weight=0.4, baseline=True, run="bm25",
+    sub_query=_text, default_weight=0.4, baseline=True, run="bm25", in_cluster=_text_in_cluster,
 )
 # The reference: the same knn with the full model's query vector (a model forward per query,
 # given through ``Retriever(input_encoders={FULL_QUERY_VECTOR: ...})``; see

@@ -28,6 +28,16 @@ class SubQueryBuilder(Protocol):
     def text_query(self, text: str, *, filter: Any = None) -> dict[str, Any]: ...
 
 
+class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
+    """An adapter of a cluster that encodes queries itself (OpenSearch with ml-commons)."""
+
+    def neural_query(self, text: str, *, model_id: str | None, k: int, filter: Any = None,
+                     ef_search: int | None = None) -> dict[str, Any]: ...
+
+    def neural_sparse_query(self, text: str, *, model_id: str | None,
+                            filter: Any = None) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class LegContext:
     """What a sub-query needs besides the query's input: knn ``k`` (the candidates), the
@@ -56,6 +66,10 @@ class Leg:
         score: engine score -> the score shown (``Hit.scores``, explain).
         score_label: what the score shown is, where that is not obvious ("ip").
         run: the name of its one-leg run in ``lr eval`` ("lr-dense").
+        in_cluster: ``(adapter, query text, LegContext, model id or None) -> sub-query``:
+            the leg searched with the text alone, the cluster encoding it (``lr models
+            deploy``; None: the leg cannot be encoded in the cluster). The model is the one
+            deployed for the leg's input (None: the search pipeline's enricher names it).
         baseline: the leg others are compared with (the inspector's rank changes).
         reference_for: the leg whose query this one computes with the full model instead
             (the ``full-hybrid`` reference run swaps it in).
@@ -72,6 +86,8 @@ class Leg:
     score: Callable[[float], float] = _same
     score_label: str = ""
     run: str = ""
+    in_cluster: Callable[[ClusterSubQueryBuilder, str, LegContext, str | None],
+                         dict[str, Any]] | None = None
     baseline: bool = False
     reference_for: str | None = None
     linear_reads_score: bool = False

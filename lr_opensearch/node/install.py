@@ -7,6 +7,10 @@ into ``<cache>/artifacts``, checked against the lock's sha256, unpacked into
 ``<cache>/<engine>-<version>-<lock digest>`` and the plugins (if any) are installed with the
 distribution's own ``bin/<engine>-plugin``. The installation is complete only when its
 marker file exists; a second install with the same lock returns at once.
+
+``ml=True`` installs the ``ml`` flavour (``opensearch-ml.lock.json``: ml-commons and the
+native libraries of its model runtime, unpacked into ``<home>/ml_cache``) beside the lean
+one; the two never prune each other.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from pathlib import Path
 
 from lr_opensearch.errors import NodeError
 from lr_opensearch.node.java import JavaHome, find_java
-from lr_opensearch.node.lock import Artifact, NodeLock, load_lock, verify_artifact
+from lr_opensearch.node.lock import (
+    ML_LOCK_PATH,
+    Artifact,
+    NodeLock,
+    load_lock,
+    verify_artifact,
+)
 from lr_opensearch.node.products import Engine, get_engine
 from lr_opensearch.packaged import cache_dir
 
@@ -53,10 +63,27 @@ class Installation:
     def engine(self) -> Engine:
         return get_engine(self.lock.engine)
 
+    @property
+    def ml(self) -> bool:
+        """True for the installation with ml-commons (``--with-ml``)."""
+        return self.lock.flavour == "ml"
+
 
 def home_dir(cache: Path, lock: NodeLock) -> Path:
     """Where the installation for ``lock`` lives inside ``cache``."""
-    return cache / f"{lock.engine}-{lock.version}-{lock.digest[:10]}"
+    flavour = f"{lock.flavour}-" if lock.flavour else ""
+    return cache / f"{lock.engine}-{flavour}{lock.version}-{lock.digest[:10]}"
+
+
+def _select_lock(lock: NodeLock | None, engine: str | None, ml: bool) -> NodeLock:
+    if lock is not None:
+        return lock
+    if ml:
+        if get_engine(engine).name != "opensearch":
+            raise NodeError(f"--with-ml installs OpenSearch's ml-commons; {get_engine(engine).display} "
+                            "has no such plugin (see docs: in-cluster encoding on Elasticsearch)")
+        return load_lock(ML_LOCK_PATH)
+    return load_lock(engine=engine)
 
 
 @contextmanager
@@ -74,7 +101,8 @@ def _install_lock(cache: Path) -> Iterator[None]:
 def _fetch_pom(artifacts: list[Artifact]) -> str:
     deps = "\n".join(
         f"    <dependency><groupId>{a.group_id}</groupId><artifactId>{a.artifact_id}</artifactId>"
-        f"<version>{a.version}</version><type>{a.packaging}</type></dependency>"
+        f"<version>{a.version}</version><type>{a.packaging}</type>"
+        + (f"<classifier>{a.classifier}</classifier>" if a.classifier else "") + "</dependency>"
         for a in artifacts)
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\">\n"
             "  <modelVersion>4.0.0</modelVersion>\n"
@@ -168,13 +196,38 @@ def _in_use(home: Path) -> bool:
     return False
 
 
-def prune_installations(cache: Path, keep: Path, engine: str | None = None) -> list[Path]:
-    """Remove other installations of ``engine`` in ``cache`` that no running process uses.
+def _flavour(home: Path) -> str | None:
+    try:
+        return str(json.loads((home / MARKER).read_text()).get("flavour", ""))
+    except (OSError, ValueError):
+        return None
+
+
+def _extract_natives(top: Path, lock: NodeLock, paths: dict[str, Path]) -> None:
+    """Unpack the ``native`` artifacts' files into ``<top>/ml_cache`` (as the lock maps them)."""
+    for artifact in lock.natives:
+        with zipfile.ZipFile(paths[artifact.coordinates]) as jar:
+            for member, target in artifact.extract:
+                dest = top / "ml_cache" / target
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    with jar.open(member) as src, open(dest, "wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                except KeyError:
+                    raise NodeError(f"{artifact.coordinates} has no {member} (lock "
+                                    f"{lock.path.name}, field extract)") from None
+
+
+def prune_installations(cache: Path, keep: Path, engine: str | None = None,
+                        flavour: str = "") -> list[Path]:
+    """Remove other installations of ``engine`` and ``flavour`` in ``cache`` that no running
+    process uses.
 
     Args:
         cache: the cache directory.
         keep: the current installation.
         engine: whose installations to prune (default OpenSearch); others are left alone.
+        flavour: only installations of this flavour ("" lean, "ml") are pruned.
 
     Returns:
         The removed directories.
@@ -183,6 +236,8 @@ def prune_installations(cache: Path, keep: Path, engine: str | None = None) -> l
     for home in sorted(cache.glob(f"{get_engine(engine).name}-*")):
         if home == keep or not (home / MARKER).is_file() or _in_use(home):
             continue
+        if _flavour(home) != flavour:
+            continue
         shutil.rmtree(home, ignore_errors=True)
         removed.append(home)
         logger.info("removed the superseded installation %s", home)
@@ -190,9 +245,10 @@ def prune_installations(cache: Path, keep: Path, engine: str | None = None) -> l
 
 
 def installed(cache: Path | str | None = None, lock: NodeLock | None = None, *,
-              engine: str | None = None) -> Path | None:
-    """The installed home for ``lock`` (default: ``engine``'s lock) if complete, else None."""
-    lock = lock or load_lock(engine=engine)
+              engine: str | None = None, ml: bool = False) -> Path | None:
+    """The installed home for ``lock`` (default: ``engine``'s lock, the ml one with ``ml``) if
+    complete, else None."""
+    lock = _select_lock(lock, engine, ml)
     home = home_dir(cache_dir(cache), lock)
     marker = home / MARKER
     if not marker.is_file():
@@ -206,7 +262,7 @@ def installed(cache: Path | str | None = None, lock: NodeLock | None = None, *,
 
 def install(cache: Path | str | None = None, *, engine: str | None = None,
             lock: NodeLock | None = None, mvn: str | None = None,
-            force: bool = False) -> Installation:
+            force: bool = False, ml: bool = False) -> Installation:
     """Install the pinned engine (OpenSearch + plugins by default) into the cache (idempotent).
 
     Args:
@@ -215,11 +271,12 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
         lock: the lock to install (default: the packaged lock of ``engine``).
         mvn: path to ``mvn`` (default: env LR_MVN or PATH).
         force: reinstall even when a complete installation exists.
+        ml: the ``ml`` flavour (OpenSearch with ml-commons, ``opensearch-ml.lock.json``).
 
     Returns:
         The installation (home directory, lock, JDK).
     """
-    lock = lock or load_lock(engine=engine)
+    lock = _select_lock(lock, engine, ml)
     kind = get_engine(lock.engine)
     cache = cache_dir(cache)
     java = find_java(lock.java_min_major, lock.java_preferred_major)
@@ -237,8 +294,10 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
             for plugin in lock.plugins:
                 logger.info("installing plugin %s", plugin.coordinates)
                 _install_plugin(top, paths[plugin.coordinates], java, kind)
+            _extract_natives(top, lock, paths)
             (top / MARKER).write_text(json.dumps({
                 "lock_digest": lock.digest, "engine": kind.name, "version": lock.version,
+                "flavour": lock.flavour,
                 "artifacts": [a.coordinates for a in lock.artifacts],
                 "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
             if home.exists():
@@ -249,5 +308,5 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
         logger.info("installed %s %s with %s in %s (%.0f s)", kind.display, lock.version,
                     ", ".join(p.name for p in lock.plugins) or "no plugins", home,
                     time.monotonic() - started)
-        prune_installations(cache, keep=home, engine=kind.name)
+        prune_installations(cache, keep=home, engine=kind.name, flavour=lock.flavour)
     return Installation(home, lock, java)

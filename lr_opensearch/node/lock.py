@@ -3,10 +3,16 @@
 One lock per engine, next to this module: ``opensearch.lock.json`` (the default) and
 ``elasticsearch.lock.json``. Each is the single record of what that engine's node is made
 of. Install fetches exactly these coordinates and refuses files whose checksum differs.
+
+A lock may extend another (``"extends": "<file>"``, next to it) and name a ``flavour``:
+``opensearch-ml.lock.json`` is the lean OpenSearch lock plus ml-commons and the native
+libraries its model runtime needs (``lr node install --with-ml``). Its artifacts follow the
+base lock's; its digest covers both files, so each flavour is its own installation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -16,6 +22,7 @@ from lr_opensearch.errors import NodeError
 from lr_opensearch.node.products import DEFAULT_ENGINE, get_engine
 
 LOCK_PATH = get_engine(DEFAULT_ENGINE).lock_path
+ML_LOCK_PATH = LOCK_PATH.with_name("opensearch-ml.lock.json")
 LOCK_FORMAT = "lr-opensearch-node-lock"
 
 
@@ -24,11 +31,14 @@ class Artifact:
     """One pinned Maven artifact.
 
     Attributes:
-        role: ``distribution`` (the engine's zip) or ``plugin`` (installed into it).
+        role: ``distribution`` (the engine's zip), ``plugin`` (installed into it) or
+            ``native`` (files unpacked from a jar into the installation's ``ml_cache``).
         name: the plugin / distribution name as the engine knows it.
         group_id, artifact_id, version, packaging: Maven coordinates.
         size: file size in bytes.
         sha256: hex digest of the file.
+        classifier: Maven classifier ("" for none).
+        extract: ``native`` only: (member in the jar, path below ``ml_cache``) pairs.
     """
 
     role: str
@@ -39,16 +49,20 @@ class Artifact:
     packaging: str
     size: int
     sha256: str
+    classifier: str = ""
+    extract: tuple[tuple[str, str], ...] = ()
 
     @property
     def coordinates(self) -> str:
-        """``groupId:artifactId:version:packaging`` as ``mvn`` accepts it."""
-        return f"{self.group_id}:{self.artifact_id}:{self.version}:{self.packaging}"
+        """``groupId:artifactId:version:packaging[:classifier]`` as ``mvn`` accepts it."""
+        base = f"{self.group_id}:{self.artifact_id}:{self.version}:{self.packaging}"
+        return f"{base}:{self.classifier}" if self.classifier else base
 
     @property
     def file_name(self) -> str:
         """The file name Maven gives the artifact."""
-        return f"{self.artifact_id}-{self.version}.{self.packaging}"
+        tail = f"-{self.classifier}" if self.classifier else ""
+        return f"{self.artifact_id}-{self.version}{tail}.{self.packaging}"
 
 
 @dataclass(frozen=True)
@@ -60,8 +74,13 @@ class NodeLock:
     java_min_major: int
     java_preferred_major: int
     artifacts: tuple[Artifact, ...]
-    digest: str  # sha256 of the lock file itself: names an installation
+    digest: str  # sha256 of the lock file itself (and the one it extends): names an installation
     path: Path = LOCK_PATH
+    flavour: str = ""  # "" (lean) or "ml" (with ml-commons): installed side by side
+
+    @property
+    def natives(self) -> tuple[Artifact, ...]:
+        return tuple(a for a in self.artifacts if a.role == "native")
 
     @property
     def opensearch_version(self) -> str:
@@ -83,6 +102,8 @@ def _artifact(entry: dict, where: str) -> Artifact:
             role=entry["role"], name=entry["name"], group_id=entry["groupId"],
             artifact_id=entry["artifactId"], version=entry["version"],
             packaging=entry["packaging"], size=int(entry["size"]), sha256=entry["sha256"].lower(),
+            classifier=entry.get("classifier", ""),
+            extract=tuple((str(k), str(v)) for k, v in entry.get("extract", {}).items()),
         )
     except KeyError as exc:
         raise NodeError(f"{where}: artifact entry {entry!r} lacks field {exc}") from exc
@@ -110,6 +131,15 @@ def load_lock(path: Path | str | None = None, *, engine: str | None = None) -> N
         raise NodeError(f"{path} is not a node lock file (format {data.get('format')!r}, "
                         f"expected {LOCK_FORMAT!r})")
     artifacts = tuple(_artifact(e, str(path)) for e in data.get("artifacts", []))
+    if data.get("extends"):
+        base = load_lock(path.with_name(str(data["extends"])), engine=data.get("engine", engine))
+        if base.flavour or "extends" in json.loads(base.path.read_bytes()):
+            raise NodeError(f"{path}: extends {base.path.name}, which extends another lock; "
+                            "one level only")
+        return dataclasses.replace(
+            base, artifacts=base.artifacts + artifacts, path=path,
+            digest=hashlib.sha256(base.digest.encode() + raw).hexdigest(),
+            flavour=str(data.get("flavour", "")))
     if sum(a.role == "distribution" for a in artifacts) != 1:
         raise NodeError(f"{path}: exactly one artifact must have role 'distribution'")
     java = data.get("java", {})
@@ -127,6 +157,7 @@ def load_lock(path: Path | str | None = None, *, engine: str | None = None) -> N
         artifacts=artifacts,
         digest=hashlib.sha256(raw).hexdigest(),
         path=path,
+        flavour=str(data.get("flavour", "")),
     )
 
 

@@ -10,6 +10,7 @@ child JVM, so stopping signals the whole process group.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node.config import NodeConfig, write_node_files
 from lr_opensearch.node.install import Installation
+from lr_opensearch.node.ml import ML_SETTINGS, stage_ml_cache
 from lr_opensearch.node.products import DEFAULT_ENGINE, Engine, get_engine
 
 logger = logging.getLogger(__name__)
@@ -207,6 +209,9 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
         return node_status(config.node_dir)
     _check_port_free(config.host, config.http_port, "HTTP")
     _check_port_free(config.host, config.transport, "transport")
+    if installation.ml:  # ml-commons: its settings, and libtorch where DJL looks for it
+        config = dataclasses.replace(config, settings={**ML_SETTINGS, **config.settings})
+        stage_ml_cache(installation.home, config.node_dir / "data")
     write_node_files(config, installation.home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(engine.env_prefix)}
     env.update(engine.launch_env(installation.java.path, config.config_dir,

@@ -23,6 +23,7 @@ import numpy as np
 from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.adapter import EngineResult, merge_shards
 from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import (
     ENCODED_INPUTS,
@@ -33,6 +34,7 @@ from lr_opensearch.legs import (
     LegContext,
     fusion_config,
 )
+from lr_opensearch.options import ENCODINGS, choice
 from lr_opensearch.search.fusion import bundle_weights
 from lr_opensearch.search.hits import (
     Hit,
@@ -80,6 +82,9 @@ class Retriever:
             (see ``QueryEncoder``; 0, the default, keeps all). Ignored with ``encoder``.
         input_encoders: per query input that neither the query encoder nor the text gives
             (a registered leg's ``input``), a function from texts to one value per text.
+        encode: ``client`` (default: the bundle's query encoder runs here) or ``cluster``:
+            the requests carry the text only and the cluster's models encode it (``lr
+            models deploy``; OpenSearch with ml-commons; docs/IN_CLUSTER.md).
         **option_overrides: fields of ``SearchOptions`` (``weights=``, ``fusion=``,
             ``candidates=``, ...), applied to ``options``.
     """
@@ -96,6 +101,7 @@ class Retriever:
         check_bundle: bool = True,
         sparse_min_idf: float = 0.0,
         input_encoders: Mapping[str, InputEncoder] | None = None,
+        encode: str = ENCODINGS[0],
         **option_overrides: Any,
     ):
         self.bundle = bundle
@@ -108,6 +114,10 @@ class Retriever:
             semantics=base.semantics or cfg.fusion_semantics)
         self.defaults = self._fusion(self.options)
         self.input_encoders = dict(input_encoders or {})
+        self.encode = choice("query encoding", encode, ENCODINGS)
+        self.cluster: dict[str, Any] | None = None
+        if self.encode == "cluster":
+            self.cluster = self._cluster_record(client, index)
         self._told: set[str] = set()
         self._shards: int | None = None
         from lr_opensearch.search.rerank import as_stage
@@ -166,6 +176,8 @@ class Retriever:
                instruction: str | None = None) -> dict[str, Any]:
         """Every input the ``legs`` search with, per text: the query encoder's (one encode
         call), the texts, and those of ``input_encoders``."""
+        if self.cluster is not None:  # the cluster encodes: every leg gets the text
+            return {QUERY_TEXT: list(texts)}
         needed = {leg_registry.get(name).input for name in legs}
         out: dict[str, Any] = {}
         if needed & set(ENCODED_INPUTS):
@@ -393,9 +405,29 @@ class Retriever:
         says from its input."""
         ctx = LegContext(k=max(req.options.candidates, req.depth), filter=req.filter,
                          ef_search=req.options.ef_search)
+        if self.cluster is not None:
+            from lr_opensearch.cluster.requests import text_sub_queries
+
+            assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
+            return [tuple(text_sub_queries(self.cluster, text, req.legs, k=ctx.k,
+                                           filter=ctx.filter, ef_search=ctx.ef_search,
+                                           adapter=self.adapter))
+                    for text in inputs[QUERY_TEXT][:n]]
         built = [leg_registry.get(name) for name in req.legs]
         return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
                 for i in range(n)]
+
+    def _cluster_record(self, client: Any, index: str) -> dict[str, Any]:
+        """The index's in-cluster model record, its models checked to be served."""
+        from lr_opensearch.cluster.requests import check_serving, cluster_meta
+
+        if not isinstance(self.adapter, OpenSearchAdapter):
+            raise ConfigError(f"encode='cluster' needs OpenSearch with ml-commons; this cluster "
+                              f"is {self.adapter.engine} (docs/IN_CLUSTER.md says what "
+                              "Elasticsearch offers)")
+        record = cluster_meta(client, index)
+        check_serving(client, record, index)
+        return record
 
     def _run_server(
         self,

@@ -1,0 +1,149 @@
+"""``lr models deploy``: a bundle's query side served by the cluster itself.
+
+:func:`deploy_bundle` exports the two model zips (:mod:`lr_opensearch.cluster.export`),
+uploads them in chunks unless the cluster already holds them (a model is found by its name,
+which carries the bundle id and the zip's hash), deploys them and waits. With an index it
+then records the model ids in the index's ``_meta.lightretriever.cluster``, and writes the
+search pipeline ``lr-incluster-<bundle>-<weights>``: a ``neural_query_enricher`` (the model
+ids per field, so requests carry only the text) plus the normalization of the bundle's
+weights; optionally it becomes the index's ``index.search.default_pipeline``.
+
+Idempotent: the same bundle and options give the same zips, hence the same models; running
+it again deploys what is not served (undeployed, failed, or not yet back after a node
+restart: ml-commons redeploys the models that were deployed by itself, seconds after the
+node starts, and deploy waits for such a redeploy in flight) and uploads nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from typing import Any
+
+from lr_opensearch import legs
+from lr_opensearch.bundle import Bundle
+from lr_opensearch.cluster import mlapi
+from lr_opensearch.cluster.export import (
+    ModelZip,
+    cluster_max_tokens,
+    export_dense,
+    export_sparse,
+)
+from lr_opensearch.cluster.requests import CLUSTER_KEY
+from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
+from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.opensearch import pipeline_name
+from lr_opensearch.engine.templates import render_hybrid_pipeline
+from lr_opensearch.legs import fusion_config
+
+logger = logging.getLogger(__name__)
+
+_REUPLOAD = ("REGISTERING",)  # an upload that never finished: delete, upload again
+
+
+def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[str, str]:
+    """The id of ``model`` deployed on the cluster, uploading / deploying only what is
+    missing. Returns (model id, what was done: ``reused`` / ``deployed`` / ``uploaded``)."""
+    found = mlapi.find_model(client, model.name)
+    if found and (found.get("model_content_hash_value") != model.sha256
+                  or found.get("model_state") in _REUPLOAD):
+        logger.warning("model %s (%s) is %s with hash %s; uploading it again", model.name,
+                       found["model_id"], found.get("model_state"),
+                       found.get("model_content_hash_value"))
+        mlapi.delete(client, found["model_id"])
+        found = None
+    if found and found.get("model_state") == "DEPLOYING":  # e.g. ml-commons' own redeploy
+        if mlapi.wait_served(client, found["model_id"], min(timeout, 60.0)):
+            return found["model_id"], "reused"
+    if found and mlapi.serving(client, found["model_id"]):
+        return found["model_id"], "reused"
+    action = "deployed"
+    if found:
+        model_id = found["model_id"]
+    else:
+        model_id = mlapi.upload(client, model.register, model.data, model.sha256)
+        action = "uploaded"
+    mlapi.deploy(client, model_id, model.name, timeout=timeout)
+    return model_id, action
+
+
+def pipeline_body(record: dict[str, Any]) -> dict[str, Any]:
+    """The in-cluster search pipeline: model ids per field, then the bundle's fusion."""
+    body = render_hybrid_pipeline(*record["weights"])
+    body["description"] = (f"LightRetriever in-cluster query encoding, bundle "
+                           f"{record['bundle_id']}: legs {', '.join(record['legs'])}")
+    body["request_processors"] = [{"neural_query_enricher": {
+        "default_model_id": record["dense_model_id"],
+        "neural_field_default_id": {record["dense_field"]: record["dense_model_id"],
+                                    record["sparse_field"]: record["sparse_model_id"]}}}]
+    return body
+
+
+def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
+                  instruction: str | None = None, max_tokens: int | None = None,
+                  sparse_min_idf: float = 0.0, default_pipeline: bool = False,
+                  timeout: float = 300.0) -> dict[str, Any]:
+    """Deploy the bundle's query models and (with ``index``) wire them to the index.
+
+    Returns:
+        The record written to ``_meta.lightretriever.cluster`` (plus ``actions``: what was
+        done per model).
+
+    Raises:
+        EngineError: no ml-commons, a failed deploy, or an index built with another bundle.
+    """
+    mlapi.require_ml(client)
+    max_tokens = cluster_max_tokens(bundle, max_tokens)
+    if index is not None:
+        make_adapter(client).check_bundle(index, bundle)
+    dense = export_dense(bundle, instruction=instruction, max_tokens=max_tokens)
+    sparse = export_sparse(bundle, max_tokens=max_tokens, sparse_min_idf=sparse_min_idf)
+    dense_id, dense_done = ensure_model(client, dense, timeout)
+    sparse_id, sparse_done = ensure_model(client, sparse, timeout)
+    config = fusion_config(bundle.config.weights, "opensearch")
+    by_input = {legs.QUERY_VECTOR: dense_id, legs.TOKEN_WEIGHTS: sparse_id}
+    record: dict[str, Any] = {
+        "models": {name: by_input[leg.input] for name, leg in
+                   ((n, legs.get(n)) for n in legs.names())
+                   if leg.in_cluster is not None and leg.input in by_input},
+        "bundle_id": bundle.bundle_id, "instruction": bundle.resolve_instruction(instruction),
+        "dense_model": dense.name, "dense_model_id": dense_id,
+        "sparse_model": sparse.name, "sparse_model_id": sparse_id,
+        "dense_field": DENSE_FIELD, "sparse_field": SPARSE_FIELD,
+        "sparse_keys": bundle.config.key_encoding, "max_tokens": int(max_tokens),
+        "sparse_min_idf": float(sparse_min_idf), "legs": list(config.legs),
+        "weights": list(config.leg_weights),
+        "pipeline": pipeline_name(config).replace("lr-hybrid", f"lr-incluster-{bundle.bundle_id[:12]}"),
+        "deployed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if index is not None:
+        _wire_index(client, index, record, default_pipeline)
+    return {**record, "actions": {DENSE_KIND: dense_done, SPARSE_KIND: sparse_done}}
+
+
+def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:
+    mlapi.request(client, "PUT", f"/_search/pipeline/{record['pipeline']}", pipeline_body(record),
+                  what=f"creating search pipeline {record['pipeline']}")
+    mapping = mlapi.request(client, "GET", f"/{index}/_mapping", what=f"mapping of {index}")
+    meta = dict(next(iter(mapping.values()))["mappings"].get("_meta", {}))
+    meta["lightretriever"] = {**meta.get("lightretriever", {}), CLUSTER_KEY: record}
+    mlapi.request(client, "PUT", f"/{index}/_mapping", {"_meta": meta},
+                  what=f"recording the models in {index}'s _meta")
+    if default_pipeline:
+        mlapi.request(client, "PUT", f"/{index}/_settings",
+                      {"index.search.default_pipeline": record["pipeline"]},
+                      what=f"setting {index}'s default search pipeline")
+
+
+def undeploy_bundle(client: Any, bundle_id: str | None = None, *,
+                    delete: bool = False) -> list[dict[str, Any]]:
+    """Undeploy (and with ``delete`` remove) the lr models of one bundle id prefix, or all."""
+    prefix = f"lr-{bundle_id[:12]}-" if bundle_id else "lr-"
+    done = []
+    for model in mlapi.list_models(client, prefix):
+        if model["state"] == mlapi.DEPLOYED or model.get("model_state") == mlapi.DEPLOYED:
+            mlapi.undeploy(client, model["model_id"])
+        if delete:
+            mlapi.delete(client, model["model_id"])
+        done.append(model)
+    return done

@@ -1,0 +1,214 @@
+"""The ml-commons REST calls ``lr models`` needs: upload in chunks, deploy, wait, find, undeploy.
+
+Models are uploaded through the model upload API (``_register_meta`` + ``upload_chunk``),
+because a real cluster cannot read the client's files. Every error is one line that says
+what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lr_opensearch.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+ML = "/_plugins/_ml"
+CHUNK_BYTES = 10 * 1024 * 1024  # bytes per upload_chunk request
+DEPLOYED = "DEPLOYED"
+ML_PLUGIN = "opensearch-ml"
+NO_ML_HINT = ("start a node with ml-commons (`lr node start --with-ml`), or install the "
+              "opensearch-ml plugin on every node")
+
+
+class ModelDeployError(EngineError):
+    """A model could not be registered, uploaded or deployed."""
+
+
+def request(client: Any, method: str, path: str, body: Any = None, *,
+            params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+            what: str = "") -> Any:
+    """One REST call; an engine error becomes an EngineError naming ``what`` and the reason."""
+    try:
+        return client.transport.perform_request(method, path, body=body, params=params,
+                                                headers=headers)
+    except Exception as exc:  # noqa: BLE001 - the engine clients' error types differ
+        info = getattr(exc, "info", None)
+        reason = _reason(info) if info else str(exc)
+        if "no handler found" in reason.lower() and path.startswith(ML):
+            raise EngineError(f"{what or path}: the cluster has no ml-commons plugin; "
+                              f"{NO_ML_HINT}") from None
+        raise EngineError(f"{what or method + ' ' + path} failed: {reason}") from None
+
+
+def _reason(info: Any) -> str:
+    if isinstance(info, Mapping):
+        err = info.get("error", info)
+        if isinstance(err, Mapping):
+            root = (err.get("root_cause") or [err])[0]
+            return f"{root.get('type', '?')}: {root.get('reason', err)}"
+        return str(err)
+    return str(info)
+
+
+def require_ml(client: Any) -> None:
+    """Raise a one-line EngineError unless every node has the ml-commons plugin."""
+    rows = request(client, "GET", "/_cat/plugins", params={"format": "json"}, what="_cat/plugins")
+    nodes = {r.get("name") for r in rows}
+    with_ml = {r.get("name") for r in rows if r.get("component") == ML_PLUGIN}
+    if not nodes or with_ml != nodes:
+        missing = sorted(n for n in nodes - with_ml if n) or ["every node"]
+        raise EngineError(f"no ml-commons plugin on {', '.join(missing)}: the cluster cannot "
+                          f"encode queries itself; {NO_ML_HINT}")
+
+
+def find_model(client: Any, name: str) -> dict[str, Any] | None:
+    """The registered model called ``name`` (its ``_source`` plus ``model_id``), or None."""
+    body = {"size": 20, "query": {"bool": {"filter": [{"term": {"name.keyword": name}}],
+                                           "must_not": [{"exists": {"field": "chunk_number"}}]}}}
+    res = request(client, "POST", f"{ML}/models/_search", body, what=f"looking up model {name}")
+    for hit in res.get("hits", {}).get("hits", []):
+        return {**hit["_source"], "model_id": hit["_id"]}
+    return None
+
+
+def list_models(client: Any, prefix: str = "lr-") -> list[dict[str, Any]]:
+    """Registered models whose name starts with ``prefix`` (newest first); ``state`` is
+    DEPLOYED only for the ones a node serves (else the stored state, DEPLOYED read as
+    UNDEPLOYED: a restart dropped it)."""
+    body = {"size": 1000, "sort": [{"created_time": {"order": "desc"}}],
+            "query": {"bool": {"filter": [{"prefix": {"name.keyword": prefix}}],
+                               "must_not": [{"exists": {"field": "chunk_number"}}]}}}
+    res = request(client, "POST", f"{ML}/models/_search", body, what="listing models")
+    models = [{**h["_source"], "model_id": h["_id"]} for h in res.get("hits", {}).get("hits", [])]
+    live = served(client) if models else set()
+    for m in models:
+        stored = str(m.get("model_state"))
+        m["state"] = DEPLOYED if m["model_id"] in live else (
+            "UNDEPLOYED" if stored == DEPLOYED else stored)
+    return models
+
+
+def get_model(client: Any, model_id: str) -> dict[str, Any]:
+    return dict(request(client, "GET", f"{ML}/models/{model_id}", what=f"model {model_id}"))
+
+
+def served(client: Any, model_id: str | None = None) -> set[str]:
+    """Ids of the models some node holds in memory (``model_id``: only that one is asked).
+    The profile API asks the nodes; a model's stored ``model_state`` can still say DEPLOYED
+    after a restart dropped it."""
+    path = f"{ML}/profile/models" + (f"/{model_id}" if model_id else "")
+    res = request(client, "GET", path, what="model profiles")
+    return {mid for node in (res.get("nodes") or {}).values()
+            for mid, info in (node.get("models") or {}).items()
+            if info.get("model_state") == DEPLOYED}
+
+
+def serving(client: Any, model_id: str) -> bool:
+    """True when some node holds the model in memory."""
+    return model_id in served(client, model_id)
+
+
+def wait_served(client: Any, model_id: str, timeout: float) -> bool:
+    """Poll until a node serves the model (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not serving(client, model_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def state_of(client: Any, model_id: str) -> str:
+    """``DEPLOYED`` only when a node serves the model, else its stored state (or, when that
+    still says DEPLOYED, ``UNDEPLOYED``: a restart dropped it)."""
+    if serving(client, model_id):
+        return DEPLOYED
+    stored = str(get_model(client, model_id).get("model_state"))
+    return "UNDEPLOYED" if stored == DEPLOYED else stored
+
+
+def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
+           chunk_bytes: int = CHUNK_BYTES) -> str:
+    """Register a model's metadata and upload its zip in chunks; returns the model id."""
+    chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
+    body = {**register, "model_content_hash_value": sha256,
+            "model_content_size_in_bytes": len(data), "total_chunks": len(chunks)}
+    name = register["name"]
+    res = request(client, "POST", f"{ML}/models/_register_meta", body,
+                  what=f"registering model {name}")
+    model_id = str(res["model_id"])
+    for n, chunk in enumerate(chunks):
+        request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk, what=f"uploading chunk {n + 1}/{len(chunks)} of model {name}")
+    logger.info("uploaded model %s (%s, %d bytes in %d chunk(s))", name, model_id, len(data),
+                len(chunks))
+    return model_id
+
+
+def deploy(client: Any, model_id: str, name: str, timeout: float = 300.0) -> None:
+    """Deploy a registered model and wait until its deploy task completes.
+
+    Raises:
+        ModelDeployError: the task failed or did not finish in time (with the cluster's
+            reason and what to do).
+    """
+    res = request(client, "POST", f"{ML}/models/{model_id}/_deploy", what=f"deploying model {name}")
+    task = res.get("task_id")
+    deadline = time.monotonic() + timeout
+    while task:
+        info = request(client, "GET", f"{ML}/tasks/{task}", what=f"deploy task of model {name}")
+        task_state = info.get("state")
+        if task_state == "COMPLETED":
+            break
+        if task_state in ("FAILED", "COMPLETED_WITH_ERROR", "CANCELLED"):
+            raise ModelDeployError(
+                f"deploying model {name} ({model_id}) failed: {_task_error(info)}; see the node "
+                "log (`lr node logs`), fix the cause and run `lr models deploy` again")
+        if time.monotonic() > deadline:
+            raise ModelDeployError(f"deploying model {name} ({model_id}) did not finish in "
+                                   f"{timeout:.0f} s (task {task}: {task_state}); run `lr models "
+                                   "deploy` again later, or with a longer --timeout")
+        time.sleep(0.5)
+    # the task completes before the model's own record is updated (and, just after a node
+    # restart, that record may still hold an older state): wait until a node serves it
+    if not wait_served(client, model_id, max(1.0, deadline - time.monotonic())):
+        raise ModelDeployError(f"model {name} ({model_id}) is {state_of(client, model_id)} "
+                               "after its deploy task; run `lr models deploy` again")
+
+
+def _task_error(info: Mapping[str, Any]) -> str:
+    error = info.get("error")
+    if isinstance(error, str):
+        try:
+            parsed = json.loads(error)
+            error = "; ".join(f"{k}: {v}" for k, v in parsed.items())
+        except ValueError:
+            pass
+    return " ".join(str(error or info.get("state")).split())[:500]
+
+
+def undeploy(client: Any, model_id: str) -> None:
+    request(client, "POST", f"{ML}/models/{model_id}/_undeploy", what=f"undeploying {model_id}")
+
+
+def delete(client: Any, model_id: str) -> None:
+    request(client, "DELETE", f"{ML}/models/{model_id}", what=f"deleting model {model_id}")
+
+
+def predict_dense(client: Any, model_id: str, text: str) -> list[float]:
+    """The cluster's query vector for ``text`` (a check; search never needs it)."""
+    res = request(client, "POST", f"{ML}/_predict/text_embedding/{model_id}",
+                  {"text_docs": [text], "target_response": ["sentence_embedding"]},
+                  what=f"predict with model {model_id}")
+    return list(res["inference_results"][0]["output"][0]["data"])
+
+
+def predict_sparse(client: Any, model_id: str, text: str) -> dict[str, float]:
+    """The cluster's sparse query (key -> weight) for ``text``."""
+    res = request(client, "POST", f"{ML}/_predict/sparse_tokenize/{model_id}",
+                  {"text_docs": [text]}, what=f"predict with model {model_id}")
+    return dict(res["inference_results"][0]["output"][0]["dataAsMap"]["response"][0])

@@ -1,0 +1,202 @@
+"""LightRetriever query encoding inside the cluster (ml-commons), on a real node.
+
+Cost (marker ``ml``): the first run installs OpenSearch --with-ml into the cache (about
+500 MB from Maven Central); every run starts one more node (about 35 s) beside the
+session's, deploys a few small models (seconds each) and restarts that node once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from incluster_support import collection_index, ndcg10, start_ml_node
+from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.cluster import (
+    check_serving,
+    cluster_meta,
+    deploy_bundle,
+    export_dense,
+    mlapi,
+    text_hybrid_body,
+)
+from lr_opensearch.cluster.deploy import ensure_model
+from lr_opensearch.engine.client import make_client
+from lr_opensearch.errors import EngineError, LRError
+from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+from lr_opensearch.query import QueryEncoder
+from lr_opensearch.search import Retriever
+
+pytestmark = [pytest.mark.node, pytest.mark.ml]
+
+QUERIES = ["The capital of France is Paris.", "naïve café über don't",
+           "boundary layer heat transfer", "hybrid search: sparse and dense retrieval!"]
+
+
+@pytest.fixture(scope="module")
+def ml_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeConfig]:
+    node_dir = tmp_path_factory.mktemp("ml-node")
+    try:
+        config = start_ml_node(node_dir)
+    except LRError as exc:
+        pytest.fail(f"no ml-commons node for the in-cluster tests: {exc}", pytrace=False)
+    try:
+        yield config
+    finally:
+        stop_node(node_dir, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ml_client(ml_node: NodeConfig) -> Any:
+    return make_client(ml_node.url, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def adi(ml_client: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    coll = collection_index(ml_client, tmp_path_factory.mktemp("adi"))
+    coll["record"] = deploy_bundle(ml_client, coll["bundle"], coll["index"],
+                                   default_pipeline=True)
+    return coll
+
+
+def test_cluster_vectors_equal_the_query_encoder(adi: dict[str, Any], ml_client: Any) -> None:
+    """Dense: cosine >= 0.9999 (and nearly equal values); sparse: the same keys and weights
+    (an IDF bundle weighs each distinct token once on both paths, so repeats agree too);
+    a query longer than the cap (510 tokens for BERT) is cut alike."""
+    rec = adi["record"]
+    assert rec["max_tokens"] == 510
+    enc = QueryEncoder(adi["bundle"], max_tokens=rec["max_tokens"])
+    long_text = " ".join(q["text"] for q in adi["queries"])
+    assert len(QueryEncoder(adi["bundle"], max_tokens=4096).encode(long_text).token_ids) > 510
+    texts = (QUERIES + [q["text"] for q in adi["queries"][:10]] + ["paris paris paris tower"]
+             + [long_text])
+    worst = 1.0
+    for text in texts:
+        ours = enc.encode(text)
+        dense = np.array(mlapi.predict_dense(ml_client, rec["dense_model_id"], text), np.float32)
+        cos = float(dense @ ours.dense / np.linalg.norm(dense) / np.linalg.norm(ours.dense))
+        worst = min(worst, cos)
+        assert cos >= 0.9999, (text, cos)
+        np.testing.assert_allclose(dense, ours.dense, rtol=1e-4, atol=1e-6)
+        sparse = mlapi.predict_sparse(ml_client, rec["sparse_model_id"], text)
+        assert sparse.keys() == ours.sparse.keys(), text
+        for key, weight in ours.sparse.items():
+            assert sparse[key] == pytest.approx(weight, rel=1e-6), (text, key)
+    print(f"\n[in-cluster] {len(texts)} queries: min cosine {worst:.7f}, sparse maps equal")
+
+
+def test_count_bundle_repeats(ml_client: Any, tmp_path: Path) -> None:
+    """A count bundle: equal weights without repeats; a repeated token weighs its count
+    client side and 1 in the cluster (ml-commons counts a token once)."""
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    rec = deploy_bundle(ml_client, bundle)
+    enc = QueryEncoder(bundle)
+    once = mlapi.predict_sparse(ml_client, rec["sparse_model_id"], "paris tower")
+    assert once == enc.encode("paris tower").sparse
+    twice = mlapi.predict_sparse(ml_client, rec["sparse_model_id"], "paris paris tower")
+    assert enc.encode("paris paris tower").sparse["paris"] == 2.0 and twice["paris"] == 1.0
+
+
+def test_text_only_top10_equals_client_path(adi: dict[str, Any], ml_client: Any) -> None:
+    rec, index = adi["record"], adi["index"]
+    retriever = Retriever(adi["bundle"], ml_client, index, fusion="server")
+    texts = [q["text"] for q in adi["queries"]]
+    client_hits = retriever.search_batch(texts, 10)
+    same, ours, theirs = 0, [], []
+    for q, hits in zip(adi["queries"], client_hits, strict=True):
+        body = text_hybrid_body(rec, q["text"], size=10, candidates=retriever.candidates)
+        res = ml_client.search(index=index, body=body)  # the index's default pipeline fuses
+        cluster_ids = [h["_id"] for h in res["hits"]["hits"]]
+        client_ids = [h.doc_id for h in hits]
+        same += cluster_ids == client_ids
+        rels = adi["qrels"][str(q["_id"])]
+        ours.append(ndcg10(client_ids, rels))
+        theirs.append(ndcg10(cluster_ids, rels))
+    gap = abs(float(np.mean(ours)) - float(np.mean(theirs)))
+    print(f"\n[in-cluster] ADI {len(texts)} test queries: identical top 10 for {same}; nDCG@10 "
+          f"client {np.mean(ours):.4f}, in-cluster {np.mean(theirs):.4f}")
+    assert same == len(texts) or gap <= 0.002
+
+
+def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_client: Any,
+                                                       ml_node: NodeConfig,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``Retriever(encode="cluster")`` sends text only (server and client fusion) and ranks
+    as the client's encoding; ``lr search --in-cluster --dsl`` prints that text-only request."""
+    from lr_opensearch.cli import main
+
+    index = adi["index"]
+    texts = [q["text"] for q in adi["queries"][:8]]
+    ours = Retriever(adi["bundle"], ml_client, index, fusion="server").search_batch(texts, 10)
+    for fusion in ("server", "client"):
+        cluster = Retriever(adi["bundle"], ml_client, index, fusion=fusion, encode="cluster")
+        theirs = cluster.search_batch(texts, 10)
+        same = sum([h.doc_id for h in a] == [h.doc_id for h in b]
+                   for a, b in zip(ours, theirs, strict=True))
+        assert same >= len(texts) - 1, (fusion, same)  # float ties may swap one list
+        plan = cluster.dsl(texts[0])[0]
+        assert "vector" not in str(plan) and texts[0] in str(plan)
+    assert main(["search", "--index", index, "--bundle", str(adi["bundle"].path), "--url",
+                 ml_node.url, "--in-cluster", "--dsl", "--json", texts[0]]) == 0
+    body = __import__("json").loads(capsys.readouterr().out)[0]["requests"][0]["body"]
+    subs = body["query"]["hybrid"]["queries"]
+    assert "neural" in subs[0] and "neural_sparse" in str(subs[1]) and "multi_match" in str(subs[2])
+
+
+def test_without_ml_commons_says_what_to_do(os_client: Any, tmp_path: Path) -> None:
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    with pytest.raises(EngineError, match=r"no ml-commons plugin .*lr node start --with-ml") as exc:
+        deploy_bundle(os_client, bundle)
+    assert "\n" not in str(exc.value)
+
+
+def test_failed_deploy_says_what_to_do(ml_client: Any, tmp_path: Path) -> None:
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    good = export_dense(bundle)
+    members = zipfile.ZipFile(io.BytesIO(good.data))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("model.onnx", b"not an onnx graph")
+        z.writestr("tokenizer.json", members.read("tokenizer.json"))
+    name = good.name.replace("-dense-", "-broken-")
+    broken = dataclasses.replace(good, name=name, data=buf.getvalue(),
+                                 register={**good.register, "name": name})
+    with pytest.raises(mlapi.ModelDeployError, match=r"failed: .*run `lr models deploy`") as exc:
+        ensure_model(ml_client, broken, timeout=120)
+    assert "\n" not in str(exc.value)
+    mlapi.delete(ml_client, mlapi.find_model(ml_client, name)["model_id"])
+
+
+def test_undeployed_model_then_restart_and_deploy_again(adi: dict[str, Any], ml_client: Any,
+                                                        ml_node: NodeConfig) -> None:
+    rec, index = adi["record"], adi["index"]
+    query = adi["queries"][0]["text"]
+    before = ml_client.search(index=index, body=text_hybrid_body(rec, query))
+    mlapi.undeploy(ml_client, rec["sparse_model_id"])
+    with pytest.raises(EngineError, match=r"is UNDEPLOYED .*lr models deploy") as exc:
+        check_serving(ml_client, cluster_meta(ml_client, index), index)
+    assert "\n" not in str(exc.value)
+
+    # a restart: ml-commons redeploys the dense model (deployed at shutdown) by itself, soon
+    # or not yet; the sparse one, undeployed before, stays so until `lr models deploy`
+    stop_node(ml_node.node_dir, timeout=60)
+    start_node(ml_node, install(ml=True), timeout=300)
+    client = make_client(ml_node.url, timeout=180)
+    with pytest.raises(EngineError, match="lr models deploy"):
+        check_serving(client, cluster_meta(client, index), index)
+    again = deploy_bundle(client, adi["bundle"], index, default_pipeline=True)
+    assert again["actions"]["sparse"] == "deployed"
+    assert again["actions"]["dense"] in ("reused", "deployed")  # nothing uploaded
+    assert (again["dense_model_id"], again["sparse_model_id"]) == \
+        (rec["dense_model_id"], rec["sparse_model_id"])
+    check_serving(client, cluster_meta(client, index), index)
+    after = client.search(index=index, body=text_hybrid_body(rec, query))
+    assert [h["_id"] for h in after["hits"]["hits"]] == [h["_id"] for h in before["hits"]["hits"]]
