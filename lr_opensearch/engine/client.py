@@ -190,12 +190,24 @@ def connection_error(exc: BaseException, url: str) -> EngineError:
         return EngineError(f"the cluster at {url} answered HTTP 403 (forbidden): the user "
                            "lacks the permission to read _nodes; ask for cluster monitor "
                            "rights, or pass --engine to skip the detection")
+    if isinstance(exc, SSLError) and _plain_http(exc):
+        plain = "http://" + url.split("://", 1)[-1]
+        return EngineError(f"the server at {url} speaks plain HTTP, not TLS: use {plain} (or "
+                           "switch TLS on at the server)")
     if isinstance(exc, SSLError):
         return EngineError(f"TLS verification of {url} failed ({_ssl_reason(exc)}): pass "
                            "--ca-certs with the CA that signed the cluster's certificate "
                            "(LR_OPENSEARCH_CA_CERTS), or --insecure for a throwaway test "
                            "cluster")
     return EngineError(f"the cluster at {url} did not answer: {_short(exc)}")
+
+
+def _plain_http(exc: BaseException) -> bool:
+    """Whether a TLS handshake failed because the server answered in plain HTTP (OpenSSL
+    reads the HTTP reply as a record of an unknown TLS version)."""
+    text = str(exc).lower()
+    return any(m in text for m in ("wrong_version_number", "wrong version number",
+                                   "http_request", "record layer failure"))
 
 
 def _ssl_reason(exc: BaseException) -> str:
