@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 from ingest_support import data_dir
-from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from node_support import free_port
 from tokenizers import Tokenizer
 
 from lr_opensearch.bundle import BundleConfig, load_bundle, save_bundle
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.node import NodeConfig, install, start_node
 from lr_opensearch.packaged import packaged_model_dir
 from lr_opensearch.query import QueryEncoder

@@ -188,6 +188,9 @@ def test_cli_lifecycle(tmp_path: Path) -> None:
     finally:
         stop = _lr("stop", *where)
     assert stop.returncode == 0 and "stopped node" in stop.stdout
+    # it says which node it stops before it does (issue 29: `lr node stop` alone stops 9200's)
+    assert f"stopping the OpenSearch node at http://127.0.0.1:{http}" in stop.stdout
+    assert "pid" in stop.stdout
     after = _lr("status", *where)
     assert after.returncode == 3 and "not running" in after.stdout
     again = _lr("stop", *where)

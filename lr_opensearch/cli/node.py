@@ -108,6 +108,11 @@ def _cmd_stop(args: argparse.Namespace) -> int:
               f"{spec.root}")
         return 0
     node_dir = _node_dir(args)
+    status = node_status(node_dir)
+    if status.running:  # say which node before stopping it (no --http-port: 9200's)
+        default = "" if args.http_port or args.data_dir else " (no --http-port: the default port)"
+        print(f"stopping the {get_engine(status.engine).display} node at {status.url}, pid "
+              f"{status.pid}, node dir {node_dir}{default}", flush=True)
     stopped = stop_node(node_dir, timeout=args.timeout)
     print(f"stopped node of {node_dir}" if stopped else f"no node running from {node_dir}")
     return 0
