@@ -254,3 +254,34 @@ def read_manifest(root: Path, manifest_file: str, format_name: str, max_version:
     if missing:
         raise BundleError(f"{mpath}: manifest fields missing: {missing}")
     return manifest
+
+
+def compute_bundle_id(files: Mapping[str, Mapping[str, Any]], config: Mapping[str, Any]) -> str:
+    """Hash of the sorted (path, sha256) list plus the canonical config JSON (32 hex chars)."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\t{files[rel]['sha256']}\n".encode())
+    h.update(json.dumps(dict(config), sort_keys=True, ensure_ascii=True).encode())
+    return h.hexdigest()[:32]
+
+
+def check_listed_files(root: Path, manifest: Mapping[str, Any], manifest_name: str,
+                       label: str) -> None:
+    """Every file the manifest lists is there with its recorded size, and the manifest's
+    ``bundle_id`` matches its file list and config (both bundle formats' load check).
+
+    Raises:
+        BundleError: naming the missing or resized file, or the edited manifest.
+    """
+    files = manifest["files"]
+    for rel, info in files.items():
+        p = root / rel
+        if not p.is_file():
+            raise BundleError(f"{label} {root}: file {rel} listed in {manifest_name} is missing")
+        if p.stat().st_size != info["size"]:
+            raise BundleError(
+                f"{label} {root}: file {rel} has {p.stat().st_size} bytes, the manifest says "
+                f"{info['size']}; the bundle is corrupt or was modified - rebuild or re-copy it")
+    if compute_bundle_id(files, manifest["config"]) != manifest["bundle_id"]:
+        raise BundleError(f"{label} {root}: bundle_id does not match its file list and config; "
+                          f"{manifest_name} was edited")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -51,7 +50,9 @@ import numpy as np
 from lr_opensearch import __version__, legs
 from lr_opensearch.bundle.files import (
     atomic_dir,
+    check_listed_files,
     check_target,
+    compute_bundle_id,
     copy_tokenizer,
     hash_tree,
     load_tokenizer,
@@ -312,15 +313,6 @@ def _write_contents(
     return manifest
 
 
-def compute_bundle_id(files: Mapping[str, Mapping[str, Any]], config: Mapping[str, Any]) -> str:
-    """Hash of the sorted (path, sha256) list plus the canonical config JSON (32 hex chars)."""
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        h.update(f"{rel}\t{files[rel]['sha256']}\n".encode())
-    h.update(json.dumps(dict(config), sort_keys=True, ensure_ascii=True).encode())
-    return h.hexdigest()[:32]
-
-
 # ----------------------------------------------------------------------------- loading
 
 
@@ -451,17 +443,7 @@ def load_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
         root = root.parent
     manifest = _read_manifest(root)
     files = manifest["files"]
-    for rel, info in files.items():
-        p = root / rel
-        if not p.is_file():
-            raise BundleError(f"bundle {root}: file {rel} listed in {MANIFEST_FILE} is missing")
-        if p.stat().st_size != info["size"]:
-            raise BundleError(
-                f"bundle {root}: file {rel} has {p.stat().st_size} bytes, the manifest says "
-                f"{info['size']}; the bundle is corrupt or was modified - rebuild or re-copy it"
-            )
-    if compute_bundle_id(files, manifest["config"]) != manifest["bundle_id"]:
-        raise BundleError(f"bundle {root}: bundle_id does not match its file list; {MANIFEST_FILE} was edited")
+    check_listed_files(root, manifest, MANIFEST_FILE, "bundle")
     doc_prefix = (manifest.get("doc_encoder") or "\0") + "/"
     if verify:
         query_side = {k: v for k, v in files.items() if not k.startswith(doc_prefix)}

@@ -35,14 +35,16 @@ from typing import Any
 from lr_opensearch import __version__
 from lr_opensearch.bundle.files import (
     atomic_dir,
+    check_listed_files,
     check_target,
+    compute_bundle_id,
     copy_tokenizer,
     hash_tree,
     load_tokenizer,
     read_manifest,
     verify_files,
 )
-from lr_opensearch.bundle.format import TOKENIZER_FILE, compute_bundle_id
+from lr_opensearch.bundle.format import TOKENIZER_FILE
 from lr_opensearch.errors import BundleError
 from lr_opensearch.options import choice
 
@@ -254,16 +256,7 @@ def load_ur2n_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> UR
         root = root.parent
     manifest = _read_manifest(root)
     files = manifest["files"]
-    for rel, info in files.items():
-        p = root / rel
-        if not p.is_file():
-            raise BundleError(f"UR²N bundle {root}: file {rel} listed in {MANIFEST_FILE} is missing")
-        if p.stat().st_size != info["size"]:
-            raise BundleError(f"UR²N bundle {root}: file {rel} has {p.stat().st_size} bytes, the "
-                              f"manifest says {info['size']}; rebuild or re-copy the bundle")
-    if compute_bundle_id(files, manifest["config"]) != manifest["bundle_id"]:
-        raise BundleError(f"UR²N bundle {root}: bundle_id does not match its files and config; "
-                          f"{MANIFEST_FILE} was edited")
+    check_listed_files(root, manifest, MANIFEST_FILE, "UR²N bundle")
     if verify:
         verify_files(root, files, "", MANIFEST_FILE)
     config = UR2NConfig.from_dict(manifest["config"], source=str(root / MANIFEST_FILE))
