@@ -1,0 +1,55 @@
+"""Stage the node zips for the image build: ``python3 docker/stage_artifacts.py ENGINE``.
+
+Makes sure the artifacts of ENGINE's lock (``lr_opensearch/node/<engine>.lock.json``) are in
+the node cache (``lr node install`` fetches and checks them, once), then links them into
+``docker/.artifacts/<engine>/`` with ``SHA256SUMS`` (the lock's digests, checked again inside
+the build) and ``ORDER`` (the distribution first, then the plugins in install order).
+Prints the engine's version (the image tag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from lr_opensearch.node import cache_dir, install, load_lock
+
+HERE = Path(__file__).resolve().parent
+
+
+def stage(engine: str, out_root: Path = HERE / ".artifacts") -> str:
+    """Stage ENGINE's zips under ``out_root/<engine>``; returns the engine's version."""
+    lock = load_lock(engine=engine)
+    install(engine=engine)  # fetches (mvn) and verifies the zips when not cached yet
+    store = cache_dir() / "artifacts"
+    out = out_root / engine
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    ordered = sorted(lock.artifacts, key=lambda a: a.role != "distribution")  # stable sort
+    for artifact in ordered:
+        src, dst = store / artifact.file_name, out / artifact.file_name
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system: copy
+            shutil.copyfile(src, dst)
+    (out / "SHA256SUMS").write_text(
+        "".join(f"{a.sha256}  {a.file_name}\n" for a in ordered), encoding="utf-8")
+    (out / "ORDER").write_text("".join(f"{a.file_name}\n" for a in ordered), encoding="utf-8")
+    return lock.version
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engine", choices=["opensearch", "elasticsearch"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sys.stdout.write(stage(args.engine) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
