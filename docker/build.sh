@@ -48,7 +48,7 @@ for target in "${targets[@]}"; do
       version=$("$PY" docker/stage_artifacts.py "$target")
       build "localhost/lr-opensearch/$target:$version" node --build-arg "ENGINE=$target" ;;
     project)
-      version=$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+      version=$("$PY" docker/stage_artifacts.py project)
       build "localhost/lr-opensearch/lr:$version" project ;;
     *) echo "build.sh: unknown image '$target' (opensearch, elasticsearch, project)" >&2; exit 2 ;;
   esac

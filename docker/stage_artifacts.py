@@ -1,10 +1,15 @@
-"""Stage the node zips for the image build: ``python3 docker/stage_artifacts.py ENGINE``.
+"""Stage what the image build copies: ``python3 docker/stage_artifacts.py TARGET``.
 
-Makes sure the artifacts of ENGINE's lock (``lr_opensearch/node/<engine>.lock.json``) are in
+``opensearch`` / ``elasticsearch``: makes sure the artifacts of ENGINE's lock (``lr_opensearch/node/<engine>.lock.json``) are in
 the node cache (``lr node install`` fetches and checks them, once), then links them into
 ``docker/.artifacts/<engine>/`` with ``SHA256SUMS`` (the lock's digests, checked again inside
 the build) and ``ORDER`` (the distribution first, then the plugins in install order).
 Prints the engine's version (the image tag).
+
+``project``: writes ``docker/.artifacts/project/requirements.txt``, the dependencies of
+pyproject.toml plus its ``train`` (document encoder) and ``es`` extras, so that the image's
+dependency layer depends on that list only (not on every edit of pyproject.toml). Prints
+the package version.
 """
 
 from __future__ import annotations
@@ -18,7 +23,13 @@ from pathlib import Path
 
 from lr_opensearch.node import cache_dir, install, load_lock
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the copy inside pip
+    from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+
 HERE = Path(__file__).resolve().parent
+PROJECT_EXTRAS = ("train", "es")
 
 
 def stage(engine: str, out_root: Path = HERE / ".artifacts") -> str:
@@ -42,12 +53,29 @@ def stage(engine: str, out_root: Path = HERE / ".artifacts") -> str:
     return lock.version
 
 
+def stage_requirements(out_root: Path = HERE / ".artifacts") -> str:
+    """Write the project image's requirements.txt; returns the package version."""
+    with open(HERE.parent / "pyproject.toml", "rb") as handle:
+        project = tomllib.load(handle)["project"]
+    wanted = list(project["dependencies"])
+    for extra in PROJECT_EXTRAS:
+        wanted += project["optional-dependencies"][extra]
+    out = out_root / "project"
+    out.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{line}\n" for line in wanted)
+    target = out / "requirements.txt"
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+    return str(project["version"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("engine", choices=["opensearch", "elasticsearch"])
+    parser.add_argument("target", choices=["opensearch", "elasticsearch", "project"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sys.stdout.write(stage(args.engine) + "\n")
+    version = stage_requirements() if args.target == "project" else stage(args.target)
+    sys.stdout.write(version + "\n")
     return 0
 
 
