@@ -15,9 +15,9 @@ LOCAL_BASE=localhost/lr-debian:13
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(opensearch elasticsearch project)
 
-docker version --format '{{.Server.Version}}' >/dev/null \
-  || { echo "build.sh: no container engine answers (docker version failed); run scripts/setup.sh or set DOCKER_HOST" >&2; exit 1; }
-if docker version 2>/dev/null | grep -q "Podman Engine"; then
+server=$(docker version 2>&1) \
+  || { echo "build.sh: no container engine answers (docker version failed; run scripts/setup.sh or set DOCKER_HOST): $server" >&2; exit 1; }
+if [[ $server == *"Podman Engine"* ]]; then
   builder=(podman build --pull=never)
 else
   builder=(docker build)

@@ -91,7 +91,9 @@ base_image() {
   debootstrap --variant=minbase trixie "$root" "$MIRROR" >"$root.log" 2>&1 \
     || die "debootstrap failed; see $root.log"
   rm -rf "$root"/var/cache/apt/archives/*.deb
-  if docker version 2>/dev/null | grep -q "Podman Engine"; then
+  local server
+  server=$(docker version 2>/dev/null || true)  # not piped into grep -q: SIGPIPE + pipefail
+  if [[ $server == *"Podman Engine"* ]]; then
     tar -C "$root" -c . | podman import --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
   else
     tar -C "$root" -c . | docker import --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
