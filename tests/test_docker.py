@@ -1,7 +1,7 @@
 """The compose file's services, driven from the host as a user would (``pytest -m docker``):
 ``lr index create`` + ``python -m ingest.bulk`` against the container, the one-shot ingest
-container, hybrid search equal to the local node's, a three-node cluster that loses a node
-mid-ingest, and ``down -v`` leaving nothing behind. The engine and images come from
+container, hybrid search equal to the local node's, the Elasticsearch profile, a three-node
+cluster that loses a node mid-ingest, and ``down -v`` leaving nothing behind. The engine and images come from
 tests/docker_support.py (no engine: the tests fail with the reason)."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ingest_support import (
 from node_support import free_port
 
 from lr_opensearch import Retriever, connect, load_bundle
+from lr_opensearch.node import load_lock
 
 pytestmark = pytest.mark.docker
 
@@ -139,6 +140,29 @@ def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_pr
         np.testing.assert_allclose(mine["lr_dense"], host["lr_dense"], rtol=1e-4, atol=1e-5)
         assert mine["lr_sparse"].keys() == host["lr_sparse"].keys()
     client.indices.delete(index=index)
+
+
+def test_elasticsearch_profile_takes_the_host_ingest(
+        tiny: Path, adi: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """The Elasticsearch image (the lock's version), loaded from the host like OpenSearch."""
+    ensure_images()
+    project = f"lr-opensearch-es-{os.getpid()}"
+    env = {"LR_DOCKER_ES_PORT": str(free_port())}
+    url = f"http://127.0.0.1:{env['LR_DOCKER_ES_PORT']}"
+    try:
+        up = compose(project, "--profile", "elasticsearch", "up", "-d", "elasticsearch", env=env)
+        assert up.returncode == 0, up.stderr[-3000:]
+        client = _wait_for_nodes(url, 1, timeout=300)
+        _load(url, tiny, adi[0], "lr-docker-es", tmp_path / "state")
+        ids = index_ids(client, "lr-docker-es")
+        assert len(ids) == len(set(ids)) == len(adi[1])
+        assert set(ids) == {d["_id"] for d in adi[1]}
+        versions = {n["version"] for n in client.nodes.info()["nodes"].values()}  # no GET /
+        assert versions == {load_lock(engine="elasticsearch").version}
+    finally:
+        down = compose(project, "--profile", "*", "down", "-v", env=env)
+    assert down.returncode == 0, down.stderr[-2000:]
+    assert leftovers(project) == {"containers": [], "volumes": [], "networks": []}
 
 
 def _wait_for_nodes(url: str, nodes: int, timeout: float) -> Any:
