@@ -1,7 +1,8 @@
 """Stage what the image build copies: ``python3 docker/stage_artifacts.py TARGET``.
 
-``opensearch`` / ``elasticsearch``: makes sure the artifacts of ENGINE's lock (``lr_opensearch/node/<engine>.lock.json``) are in
-the node cache (``lr node install`` fetches and checks them, once), then links them into
+``opensearch`` / ``elasticsearch``: makes sure the artifacts of the engine's lock
+(``lr_opensearch/node/<engine>.lock.json``) are in the node cache (``lr node install``
+fetches and checks them, once), then links them into
 ``docker/.artifacts/<engine>/`` with ``SHA256SUMS`` (the lock's digests, checked again inside
 the build) and ``ORDER`` (the distribution first, then the plugins in install order).
 Prints the engine's version (the image tag).

@@ -8,6 +8,7 @@ compose or a failed image build is a test failure with the reason, never a skip.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -50,9 +51,10 @@ def use_engine() -> str:
                 f"{first.stderr.strip()[-400:]}\n{SETUP_HINT}", pytrace=False)
 
 
+@functools.cache
 def ensure_images() -> None:
     """Engine, compose plugin and the three images (docker/build.sh: a cached rebuild takes
-    seconds and picks up source edits)."""
+    seconds and picks up source edits); once per session once it has succeeded."""
     version = use_engine()
     compose = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True,
                              check=False, timeout=60)

@@ -1,8 +1,8 @@
 """The compose file's services, driven from the host as a user would (``pytest -m docker``):
 ``lr index create`` + ``python -m ingest.bulk`` against the container, the one-shot ingest
 container, hybrid search equal to the local node's, the Elasticsearch profile, a three-node
-cluster that loses a node mid-ingest, and ``down -v`` leaving nothing behind. The engine and images come from
-tests/docker_support.py (no engine: the tests fail with the reason)."""
+cluster that loses a node mid-ingest, and ``down -v`` leaving nothing behind. The engine and
+images come from tests/docker_support.py (no engine: the tests fail with the reason)."""
 
 from __future__ import annotations
 
@@ -197,8 +197,8 @@ def _ingest_with_a_node_loss(project: str, url: str, bundle: Path, corpus: Path,
     rerun to resume if the first run gave up. Returns (acked at the kill, reruns)."""
     args = [str(corpus), "--bundle", str(bundle), "--index", index, "--url", url,
             "--state-dir", str(state), "--no-progress", "-q", "--chunk-size", "8",
-            "--batch-size", "8", "--sort-window", "32", "--timeout", "60", "--max-attempts", "12",
-            "--max-backoff", "10"]
+            "--batch-size", "8", "--sort-window", "32", "--timeout", "60",
+            "--max-attempts", "12", "--max-backoff", "10"]
     victim = f"{project}-os3-1"
     pid = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", victim],
                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
