@@ -4,8 +4,9 @@ Where the OpenSearch cluster comes from (first that applies):
 
 1. env ``LR_TEST_OPENSEARCH_URL``: an external cluster (e.g. your dev node,
    ``http://127.0.0.1:9210``; basic auth / TLS through the LR_OPENSEARCH_* variables);
-2. a Docker engine answers ``docker info`` (and ``LR_TEST_BACKEND`` is not ``local``):
-   ``docker/docker-compose.yml`` through pytest-docker;
+2. ``LR_TEST_BACKEND=docker``: the ``opensearch`` service of ``docker/docker-compose.yml``
+   through pytest-docker (images built by docker/build.sh; tests/docker_support.py). The
+   Docker tests (``-m docker``, tests/test_docker.py) use it whatever the backend;
 3. otherwise the project's local node (lr_opensearch.node): installed into the cache if
    missing, started once per session on free ports with a throwaway node dir under
    pytest's tmp, stopped at the end.
@@ -20,8 +21,6 @@ If no cluster can be had the tests FAIL with the reason; they are never skipped.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,15 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
 
 
-def _docker_available() -> bool:
-    if os.environ.get("LR_TEST_BACKEND", "auto") == "local" or not shutil.which("docker"):
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def _answers(url: str) -> bool:
     from lr_opensearch.engine.client import make_client
 
@@ -51,6 +41,18 @@ def _answers(url: str) -> bool:
         return bool(make_client(url, timeout=5).ping())
     except Exception:  # noqa: BLE001 - any failure means "not up yet"
         return False
+
+
+def _backend() -> str:
+    """Where ``opensearch_url`` comes from: ``external``, ``docker`` or ``local`` (the module
+    docstring). A Docker engine that merely answers changes nothing: Docker is opt-in."""
+    if os.environ.get("LR_TEST_OPENSEARCH_URL"):
+        return "external"
+    backend = os.environ.get("LR_TEST_BACKEND", "local")
+    if backend not in ("local", "docker"):
+        pytest.fail(f"LR_TEST_BACKEND={backend!r}: use 'local' (default) or 'docker'",
+                    pytrace=False)
+    return backend
 
 
 def _es_answers(url: str) -> bool:
@@ -70,7 +72,7 @@ def _from_docker(request: pytest.FixtureRequest) -> str:
     services = request.getfixturevalue("docker_services")
     port = services.port_for("opensearch", 9200)
     url = f"http://127.0.0.1:{port}"
-    services.wait_until_responsive(check=lambda: _answers(url), timeout=300.0, pause=2.0)
+    services.wait_until_responsive(check=lambda: _answers(url), timeout=400.0, pause=2.0)
     return url
 
 
@@ -104,6 +106,16 @@ def _from_local_node(tmp_factory: pytest.TempPathFactory, engine: str = "opensea
 
 
 @pytest.fixture(scope="session")
+def docker_compose_command() -> str:
+    """pytest-docker: compose through the engine tests/docker_support.py finds, after the
+    images are built (no engine or a failed build fails the test, with the reason)."""
+    from docker_support import ensure_images
+
+    ensure_images()
+    return "docker compose"
+
+
+@pytest.fixture(scope="session")
 def docker_compose_file() -> str:
     """pytest-docker: our compose file (OpenSearch + Dashboards, security disabled)."""
     return str(COMPOSE_FILE)
@@ -116,23 +128,37 @@ def docker_compose_project_name() -> str:
 
 @pytest.fixture(scope="session")
 def docker_setup() -> list[str]:
-    """pytest-docker: only the OpenSearch service (Dashboards is for people), healthy."""
-    return ["up -d --wait opensearch"]
+    """pytest-docker: only the OpenSearch service; no ``--wait``: podman without systemd
+    never runs healthchecks, so ``_from_docker`` polls the node itself."""
+    return ["up -d opensearch"]
+
+
+@pytest.fixture(scope="session")
+def docker_cleanup() -> list[str]:
+    """pytest-docker: every service of every profile, and the volumes."""
+    return ['--profile "*" down -v']
+
+
+@pytest.fixture(scope="session")
+def docker_opensearch_url(request: pytest.FixtureRequest) -> str:
+    """URL of the compose file's single OpenSearch node (started once per session)."""
+    return _from_docker(request)
 
 
 @pytest.fixture(scope="session")
 def opensearch_url(request: pytest.FixtureRequest,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real OpenSearch cluster for this test session (see the module docstring)."""
+    backend = _backend()
     external = os.environ.get("LR_TEST_OPENSEARCH_URL")
-    if external:
+    if backend == "external" and external:
         if not _answers(external):
             pytest.fail(f"LR_TEST_OPENSEARCH_URL={external} does not answer; start that "
                         "cluster or unset the variable to let the tests start a node",
                         pytrace=False)
         yield external
-    elif _docker_available():
-        yield _from_docker(request)
+    elif backend == "docker":
+        yield request.getfixturevalue("docker_opensearch_url")
     else:
         yield from _from_local_node(tmp_path_factory)
 
