@@ -368,8 +368,11 @@ class EngineAdapter:
         """
         body = self.index_body(bundle, **opts)
         # where the bundle was on the machine that created the index: `lr search --index`
-        # finds it there (or in the bundle store by id) without --bundle
-        body["mappings"]["_meta"][META_KEY]["bundle_path"] = str(Path(bundle.path).resolve())
+        # finds it there (or in the bundle store by id) without --bundle; a bundle object
+        # that is not a directory on disk records none
+        where = getattr(bundle, "path", None)
+        if where is not None:
+            body["mappings"]["_meta"][META_KEY]["bundle_path"] = str(Path(where).resolve())
         try:
             self._create(index, body)
         except self.transport_errors as exc:
