@@ -118,13 +118,17 @@ class CheckpointState:
     complete: bool = False
     original_settings: dict[str, Any] | None = None
     dead_letter: str | None = None
+    #: the ``index.uuid`` of the copy of the index this checkpoint filled (None: written
+    #: before the field): a recreated index, or one of that name on another cluster, has
+    #: another and is ingested again
+    index_uuid: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         key = asdict(self.key) if self.key is not None else None
         return {"format": FORMAT, "version": VERSION, "key": key, "line": self.line,
                 "offset": self.offset, "counts": asdict(self.counts), "complete": self.complete,
                 "original_settings": self.original_settings, "dead_letter": self.dead_letter,
-                "updated": time.time()}
+                "index_uuid": self.index_uuid, "updated": time.time()}
 
 
 class CheckpointFile:
@@ -155,7 +159,8 @@ class CheckpointFile:
                               "rerun with --restart")
         return CheckpointState(self.key, int(data["line"]), int(data["offset"]),
                                Counts.from_dict(data["counts"]), bool(data["complete"]),
-                               data.get("original_settings"), data.get("dead_letter"))
+                               data.get("original_settings"), data.get("dead_letter"),
+                               data.get("index_uuid"))
 
     def save(self, state: CheckpointState) -> None:
         """Write ``state`` atomically: temporary file, fsync, rename."""

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +75,11 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
 
     with resumable(config):
         adapter = make_adapter(client if client is not None else connect(config))
-        ensure_index(adapter, config.index, bundle)
+        created = ensure_index(adapter, config.index, bundle)
+        copy = IndexCopy(created, adapter.index_settings(config.index).get("uuid"))
         ck = checkpoint_file(config, bundle.bundle_id)
         with ck.exclusive() if ck is not None else contextlib.nullcontext():
-            return _ingest(config, adapter, encoder, bundle, ck, started)
+            return _ingest(config, adapter, encoder, bundle, ck, started, copy)
 
 
 @contextlib.contextmanager
@@ -103,10 +105,37 @@ def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
                     config.corpus)
 
 
-def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle,
-            ck: CheckpointFile | None, started: float) -> IngestSummary:
-    """``run`` once the index is checked and the checkpoint locked."""
+@dataclass(frozen=True)
+class IndexCopy:
+    """Which copy of the index this run writes to: created by this run, and its uuid."""
+
+    created: bool
+    uuid: str | None
+
+
+def _own_state(config: IngestConfig, ck: CheckpointFile | None,
+               copy: IndexCopy) -> CheckpointState:
+    """The checkpoint's state if it belongs to this copy of the index, else a fresh one: a
+    checkpoint that says "done up to line N" for an index this run just created, or one of
+    another uuid (deleted and recreated, or the same name on another cluster), describes
+    documents that are not there."""
     state = load_state(config, ck)
+    progressed = state.line > 0 or state.complete
+    other = state.index_uuid is not None and copy.uuid is not None and state.index_uuid != copy.uuid
+    if progressed and (copy.created or other):
+        logger.warning("the checkpoint %s describes another copy of index %s (%s); this one "
+                       "is ingested from the start", ck.path if ck else "", config.index,
+                       "created by this run" if copy.created else f"uuid {state.index_uuid}, "
+                       f"now {copy.uuid}")
+        state = CheckpointState(key=state.key)
+    state.index_uuid = copy.uuid
+    return state
+
+
+def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle,
+            ck: CheckpointFile | None, started: float, copy: IndexCopy) -> IngestSummary:
+    """``run`` once the index is checked and the checkpoint locked."""
+    state = _own_state(config, ck, copy)
     summary = IngestSummary(index=config.index, corpus=config.corpus, workers=config.workers,
                             resumed_from_line=state.line, checkpoint=str(ck.path) if ck else None)
     if state.complete:
