@@ -56,7 +56,9 @@ def _model() -> tuple[Any, Any, Any]:
     from lr_opensearch.packaged import resolve_model
 
     source, name = resolve_model(None)
-    model = LightRetrieverModel.from_pretrained(source, name=name)
+    # None: the sentence-transformers settings (mean pooling, L2 normalisation), as lr bundle build
+    model = LightRetrieverModel.from_pretrained(source, pooling=None, normalize=None,
+                                                sparse_head=None, name=name)
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     encoder = DocEncoder(model, tokenizer, max_length=default_max_length(model, source),
                          device="cpu", batch_size=64)
@@ -81,11 +83,27 @@ def _variant(spec: str) -> DistillConfig | None:
 
 
 def _ndcg(qvecs: np.ndarray, docs: np.ndarray, doc_ids: list[str], qids: list[str],
-          qrels: dict[str, dict[str, int]]) -> float:
+          qrels: dict[str, dict[str, int]]) -> list[float]:
+    """nDCG@10 per query (in ``qids`` order) of exact inner-product search; the mean is
+    ``compute_metrics``'s (checked)."""
+    import ir_measures
+
     scores = qvecs @ docs.T
     top = np.argsort(-scores, axis=1)[:, :100]
-    run = {q: [(doc_ids[j], float(scores[i, j])) for j in top[i]] for i, q in enumerate(qids)}
-    return compute_metrics({q: qrels[q] for q in qids}, run)["ndcg@10"]
+    run = {q: {doc_ids[j]: float(100 - r) for r, j in enumerate(top[i])} for i, q in enumerate(qids)}
+    per = {m.query_id: float(m.value) for m in
+           ir_measures.iter_calc([ir_measures.parse_measure("nDCG@10")], {q: qrels[q] for q in qids}, run)}
+    values = [per.get(q, 0.0) for q in qids]
+    ranked = {q: [(d, s) for d, s in run[q].items()] for q in qids}
+    assert abs(np.mean(values) - compute_metrics({q: qrels[q] for q in qids}, ranked)["ndcg@10"]) < 1e-9
+    return values
+
+
+def _paired(a: list[float], b: list[float]) -> str:
+    from scipy.stats import ttest_rel
+
+    t = ttest_rel(b, a)
+    return f"{np.mean(b) - np.mean(a):+.4f} (paired t-test p {t.pvalue:.3g})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,16 +132,22 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: _embed(encoder, [data.queries[q] for q in qids]))
     flat, lengths = query_tokenizer(tokenizer)([data.queries[q] for q in qids])
     qbags = token_bags(flat, lengths, vocab)
-    results: dict[str, Any] = {"full-dense": _ndcg(qfull, docs, doc_ids, qids, data.qrels)}
+    full = _ndcg(qfull, docs, doc_ids, qids, data.qrels)
+    results: dict[str, Any] = {"full-dense": float(np.mean(full)), "queries": len(qids)}
     logger.info("full-dense nDCG@10 %.4f", results["full-dense"])
+    off: list[float] | None = None
     ridge, fit = fit_table(e0, inputs.bags, targets, weights=inputs.weights)
     for spec in args.variant or ["off"]:
         config = _variant(spec)
         table, stats = (ridge, None) if config is None else distill_table(
             ridge, inputs.bags, targets, docs, config)
-        score = _ndcg(np.asarray(qbags @ table, np.float32), docs, doc_ids, qids, data.qrels)
-        results[spec] = {"ndcg@10": score, "stats": stats and dataclasses.asdict(stats)}
-        logger.info("%s: lr-dense nDCG@10 %.4f %s", spec, score, stats)
+        per = _ndcg(np.asarray(qbags @ table, np.float32), docs, doc_ids, qids, data.qrels)
+        off = off or (_ndcg(np.asarray(qbags @ ridge, np.float32), docs, doc_ids, qids, data.qrels)
+                      if config is not None else per)
+        results[spec] = {"ndcg@10": float(np.mean(per)), "vs_off": _paired(off, per),
+                         "stats": stats and dataclasses.asdict(stats)}
+        logger.info("%s: lr-dense nDCG@10 %.4f, vs off %s; %s", spec, np.mean(per),
+                    results[spec]["vs_off"], stats)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     print(json.dumps(results, indent=1))

@@ -52,7 +52,7 @@ class DistillConfig:
     tau: float = 0.05
     top: int = 64
     random: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-3
     batch: int = 256
     holdout: float = 0.05
     max_docs: int = 6000
