@@ -14,13 +14,8 @@ import pytest
 from tiny_artifacts import SENTENCES, tiny_config, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle, save_bundle
-from lr_opensearch.bundle.fit import (
-    LAMS,
-    fit_bundle_tables,
-    fit_table,
-    query_tokenizer,
-    token_bags,
-)
+from lr_opensearch.bundle.distill import DistillConfig
+from lr_opensearch.bundle.fit import fit_bundle_tables, query_tokenizer
 from lr_opensearch.bundle.pseudo import (
     CAP_PER_DOC,
     fitted_on,
@@ -28,6 +23,7 @@ from lr_opensearch.bundle.pseudo import (
     plan_counts,
     read_records,
 )
+from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags
 from lr_opensearch.errors import CorpusError, QueryError
 from lr_opensearch.legs import builtin as legs_builtin
 from lr_opensearch.legs import registry
@@ -320,6 +316,9 @@ def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.Monkey
     assert key == demo._recipe_key() and len(key) == 8
     monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
     assert demo._recipe_key() != key  # a changed recipe never reuses an old cached bundle
+    monkeypatch.undo()
+    monkeypatch.setattr("lr_opensearch.bundle.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
+    assert demo._recipe_key() != key
     monkeypatch.undo()
     monkeypatch.setattr("lr_opensearch.legs.builtin.SPARSE", dataclasses.replace(
         legs_builtin.SPARSE, default_weight=0.3))

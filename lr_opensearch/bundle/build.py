@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
+from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
 from lr_opensearch.bundle.fit import FitResult, fit_bundle_tables
 from lr_opensearch.bundle.pseudo import MAX_QUERIES
 from lr_opensearch.errors import ConfigError
@@ -66,6 +67,7 @@ def build_bundle(
     fit_corpora: Sequence[str | Path] = (),
     fit_queries: Sequence[str | Path] = (),
     fit_max_queries: int = MAX_QUERIES,
+    fit_distill: DistillConfig | None = DEFAULT_DISTILL,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -90,6 +92,7 @@ def build_bundle(
             unfitted table, count query weights); see ``build_bundle_from_model``.
         fit_queries: optional real training query files added to the pseudo-queries.
         fit_max_queries: cap on the fit's (pseudo-)queries.
+        fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
 
     Returns:
@@ -109,7 +112,8 @@ def build_bundle(
         model, tokenizer, out_dir, instructions=instructions,
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
         batch_size=batch_size, overwrite=overwrite, progress=progress, fit_corpora=fit_corpora,
-        fit_queries=fit_queries, fit_max_queries=fit_max_queries, **config_fields)
+        fit_queries=fit_queries, fit_max_queries=fit_max_queries, fit_distill=fit_distill,
+        **config_fields)
 
 
 def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
@@ -146,6 +150,7 @@ def build_bundle_from_model(
     fit_corpora: Sequence[str | Path] = (),
     fit_queries: Sequence[str | Path] = (),
     fit_max_queries: int = MAX_QUERIES,
+    fit_distill: DistillConfig | None = DEFAULT_DISTILL,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -165,6 +170,7 @@ def build_bundle_from_model(
             weights; the manifest's ``fit`` records how.
         fit_queries: optional real training query files added to the pseudo-queries.
         fit_max_queries: cap on the fit's (pseudo-)queries.
+        fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
@@ -183,7 +189,8 @@ def build_bundle_from_model(
     weights, fit = None, None
     if fit_corpora:
         result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
-                            queries=fit_queries, max_queries=fit_max_queries, progress=progress)
+                            queries=fit_queries, max_queries=fit_max_queries, progress=progress,
+                            distill=fit_distill)
         tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -205,11 +212,12 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
                instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
                queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
-               progress: bool = True) -> FitResult:
+               progress: bool = True, distill: DistillConfig | None = None) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
-    what the ``full-dense`` evaluation run computes for a query.
+    what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
+    candidate documents are encoded by the same ``encode_dense``, as ingest encodes them.
     """
     from lr_opensearch.model import DocEncoder
 
@@ -218,6 +226,7 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
                                  encoder.encode_dense, corpora,
-                                 queries=queries, max_queries=max_queries, progress=progress)
+                                 queries=queries, max_queries=max_queries, progress=progress,
+                                 distill=distill, embed_docs=encoder.encode_dense)
     finally:
         model.train(was_training)

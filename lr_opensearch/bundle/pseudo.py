@@ -228,3 +228,26 @@ def _add_passages(docs: Sequence[tuple[str, str]], count: int, length: tuple[int
         n = int(rng.integers(lo, min(hi, len(w)) + 1))
         start = int(rng.integers(0, len(w) - n + 1))
         add(" ".join(w[start : start + n]), "passage")
+
+
+def with_queries(pq: PseudoQueries, paths: Sequence[Path], max_queries: int,
+                 seed: int) -> tuple[list[str], np.ndarray]:
+    """(texts, recipe): real queries first (deduplicated), then pseudo-queries, sampled
+    down to ``max_queries``."""
+    real: list[str] = []
+    seen: set[str] = set()
+    for path in paths:
+        for (text,) in read_records(path, ("text",)):
+            text = clean_text(text)
+            if text and text.lower() not in seen:
+                seen.add(text.lower())
+                real.append(text)
+    real = real[:max_queries]
+    pseudo = [i for i, t in enumerate(pq.texts) if t.lower() not in seen]
+    room = max_queries - len(real)
+    if len(pseudo) > room:
+        pick = np.random.default_rng(seed).choice(len(pseudo), size=room, replace=False)
+        pseudo = [pseudo[i] for i in np.sort(pick)]
+    texts = real + [pq.texts[i] for i in pseudo]
+    recipe = np.asarray(["query"] * len(real) + [pq.recipe[i] for i in pseudo], dtype=object)
+    return texts, recipe

@@ -44,12 +44,12 @@ def default_model() -> str:
 def recipe_key() -> str:
     """A short hash of the fit recipe and fusion defaults: a stored fitted bundle is reused
     only while they are unchanged (an upgrade that changes them builds a fresh one)."""
-    from lr_opensearch.bundle import fit, pseudo
+    from lr_opensearch.bundle import distill, pseudo, ridge
     from lr_opensearch.legs import default_weights
 
     facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
                   pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
-                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, fit.LAMS,
+                  pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, ridge.LAMS, distill.DEFAULT_DISTILL,
                   sorted(default_weights().items())))
     return hashlib.sha256(facts.encode()).hexdigest()[:8]
 

@@ -86,6 +86,11 @@ def register(subparsers: Any) -> None:
                           "queries.jsonl[.gz] or .txt (one per line); never qrels")
     fit.add_argument("--fit-max-queries", type=int, default=None, metavar="N",
                      help="cap on the fit's (pseudo-)queries (default 40000)")
+    fit.add_argument("--fit-distill", type=int, default=None, metavar="EPOCHS",
+                     help="epochs of the listwise step after the ridge fit: the table learns the "
+                     "full model's ranking of the sampled documents (it encodes them: about as "
+                     "long as the pseudo-queries); 0 = off (default: the recipe's, see "
+                     "`lr bundle info`)")
     fit.add_argument("--no-fit", action="store_true",
                      help="keep the unfitted table and count query weights, without a warning")
     build.set_defaults(func=run_build)
@@ -109,6 +114,19 @@ def parse_instructions(items: list[str]) -> dict[str, str] | None:
     return out
 
 
+def distill_setting(epochs: int | None) -> Any:
+    """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
+    import dataclasses
+
+    from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
+
+    if epochs is None:
+        return DEFAULT_DISTILL
+    if epochs < 0:
+        raise ConfigError(f"--fit-distill must be >= 0 epochs (0 = off), got {epochs}")
+    return dataclasses.replace(DEFAULT_DISTILL or DistillConfig(), epochs=epochs) if epochs else None
+
+
 def run_build(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle.build import build_bundle
     from lr_opensearch.bundle.pseudo import MAX_QUERIES
@@ -130,6 +148,7 @@ def run_build(args: argparse.Namespace) -> int:
         **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
         overwrite=args.overwrite, fit_corpora=args.fit_corpus, fit_queries=args.fit_queries,
         fit_max_queries=args.fit_max_queries or MAX_QUERIES,
+        fit_distill=distill_setting(args.fit_distill),
     )
     from lr_opensearch.bundle import load_bundle
 
@@ -159,6 +178,11 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
                      f"{t['holdout_cosine_e0']:.4f} -> {t['holdout_cosine']:.4f}, "
                      f"{t['rows_fitted']} rows fitted (encode {t['encode_seconds']:.0f} s, "
                      f"solve {t['solve_seconds']:.0f} s)")
+        if d := t.get("distill"):
+            lines.append(f"            distilled: {d['epochs']} epochs, tau {d['tau']:g}, "
+                         f"{d['candidates']} candidates of {d['documents']} documents, top-10 "
+                         f"agreement with the full model {d['top10_agreement_before']:.3f} -> "
+                         f"{d['top10_agreement_after']:.3f} ({d['seconds']:.0f} s)")
     lines.append(f"sparse q.   {weights_kind} weights")
     return lines
 
