@@ -1,7 +1,7 @@
 """Choosing the listwise step of the table fit (issue 30) on a collection's TRAIN queries.
 
     python bench/distill_fit.py --dataset ../shared/data/scifact --split train \\
-        --work /tmp/distill [--variant off --variant epochs=3,tau=0.05 ...] [--out result.json]
+        --work W [--variant off --variant epochs=3,tau=0.05 ...] [--out result.json]
 
 Everything the fit computes is the library's (``bundle.fit.prepare_fit``, ``bundle.ridge.fit_table``,
 ``bundle.distill.distill_table``); the slow parts (the unfitted table, the full model's
