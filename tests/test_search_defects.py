@@ -17,7 +17,7 @@ from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.cli.search import format_dsl, format_hits
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.errors import BundleMismatchError, ConfigError, EngineError
 from lr_opensearch.search import Hit, Retriever, SearchOptions
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -138,6 +138,8 @@ def test_a_target_mixing_bundles_is_refused(two_indices: Any, os_client: Any) ->
     for target in (f"{a},{o}", f"{o},{a}", f"{a}-mixed", a[:-3] + "-*"):
         with pytest.raises(BundleMismatchError, match=o):
             Retriever(bundle, os_client, target)
+    with pytest.raises(EngineError, match="no opensearch index matches"):  # a wildcard of none
+        Retriever(bundle, os_client, "lr-test-no-such-index-*")
 
 
 @pytest.mark.node

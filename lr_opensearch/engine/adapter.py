@@ -346,8 +346,16 @@ class EngineAdapter:
                 LightRetriever ``_meta``.
             EngineError: the index does not exist or the cluster does not answer.
         """
+        return self._check_mappings(index, self.index_mappings(index), bundle)
+
+    def _check_mappings(self, target: str, mappings: Mapping[str, Mapping[str, Any]],
+                        bundle: Bundle) -> dict[str, Any]:
+        """The bundle rule on each concrete index's mapping; the first one's ``_meta``."""
+        if not mappings:
+            raise EngineError(f"no {self.engine} index matches {target!r}; create one with `lr "
+                              f"index create --bundle BUNDLE --index NAME` or ingest into it")
         metas = [check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), name, bundle)
-                 for name, mapping in sorted(self.index_mappings(index).items())]
+                 for name, mapping in sorted(mappings.items())]
         return metas[0]
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,

@@ -271,10 +271,11 @@ class ElasticsearchAdapter(EngineAdapter):
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """The bundle check of every engine (every concrete index behind ``index``), then
         the sparse field type (``auto``; the indices must agree on it)."""
-        meta = super().check_bundle(index, bundle)
+        mappings = self.index_mappings(index)  # one read for both checks
+        meta = self._check_mappings(index, mappings, bundle)
         if self._auto:
             types = {name: mapping.get("properties", {}).get(self.sparse_field, {}).get("type")
-                     for name, mapping in self.index_mappings(index).items()}
+                     for name, mapping in mappings.items()}
             found = {t for t in types.values() if t in ES_SPARSE_TYPES}
             if len(found) > 1:
                 raise ConfigError(f"the indices behind {index!r} store {self.sparse_field} as "

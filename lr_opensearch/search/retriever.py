@@ -151,8 +151,7 @@ class Retriever:
         """
         if isinstance(text, str):
             return self.search_batch([text], k, **overrides)[0]
-        _check_texts(text)
-        return self.search_batch(list(text), k, **overrides)
+        return self.search_batch(text, k, **overrides)  # checks the texts
 
     def search_batch(self, texts: Sequence[str], k: int | None = None,
                      **overrides: Any) -> list[list[Hit]]:
