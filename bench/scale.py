@@ -1,0 +1,277 @@
+"""Cost as the corpus grows: each leg, the hybrid and BM25 at 10k .. 1M documents.
+
+    python bench/scale.py --bundle B --source-index I [--source-index J ...]
+        [--docs 10000,100000,1000000] [--candidates 10,30,100] [--queries 100]
+        [--clients 8] [--seconds 5] [--dataset DIR --split train] [--url URL]
+        [--sparse-top-k K] [--knn-engine lucene|faiss] [--ef-search N]
+        [--sparse-min-idf X] [--tag NAME] [--rebuild] [--out results/bench/scale.json]
+
+For each size N: a corpus of N documents synthesised from the real encoded documents of
+the source index(es) (``bench/scale_corpus.py`` says how), indexed on the node with the
+vectors precomputed (bulk only, no model; refresh off while loading), then timed:
+
+- one client: every query of the dataset's ``--split`` (train by default; texts only,
+  no judgment is read) in turn through every shape - BM25 at size 10 (what users run
+  today), each leg alone at size C, LR hybrid with server fusion and with client fusion
+  at C candidates, for each C - shapes interleaved per query so drift hits all alike:
+  p50 / p99 ms;
+- ``--clients`` threads for ``--seconds`` per shape: QPS, p50 / p99 ms.
+
+Reports index size, segments and build time per size, prints the hybrid / BM25 ratios
+(same process, same node), and writes ``--out`` (per size: ``docs``, build figures, and
+``modes``: per mode - ``bm25`` = BM25 at size 10, ``hybrid`` = server-fused LR hybrid at
+the default candidates, each leg alone at the default candidates - ``p50_ms``; all
+shapes in ``shapes``) and a plot of latency against corpus size next to it. Sizes already
+in ``--out`` are kept unless run again, so one size can be run alone (``--docs 20000``).
+Indexes are named ``lr-scale-<tag>-<N>`` and reused when they hold N documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+CHUNK = 500
+
+
+def index_name(tag: str, n: int) -> str:
+    return f"lr-scale-{tag}-{n}"
+
+
+def build(client: Any, adapter: Any, bundle: Any, synth: Any, name: str, n: int,
+          index_opts: dict[str, Any]) -> dict[str, Any]:
+    """Create ``name`` for ``bundle`` and bulk-load ``n`` synthetic documents into it."""
+    import orjson
+    from tqdm import tqdm
+
+    if adapter.index_exists(name):
+        adapter.delete_index(name)
+    opts = dict(index_opts)
+    encoder = opts.pop("knn_encoder", None)
+    if encoder is None:
+        adapter.create_index(name, bundle, **opts)
+    else:  # scalar quantization of the HNSW vectors: a bench-only variant of the template
+        from lr_opensearch.engine.adapter import DENSE_FIELD
+
+        body = adapter.index_body(bundle, **opts)
+        params = body["mappings"]["properties"][DENSE_FIELD]["method"]["parameters"]
+        params["encoder"] = {"name": "sq", "parameters": {"bits": int(encoder.removeprefix("sq"))}}
+        adapter._create(name, body)
+    adapter.put_index_settings(name, {"refresh_interval": "-1"})
+    t0 = time.perf_counter()
+    pending: list[Future[Any]] = []
+
+    def send(body: bytes) -> None:
+        resp = client.bulk(body=body, index=name)
+        if resp.get("errors"):
+            bad = next(i for i in resp["items"] if "error" in next(iter(i.values())))
+            raise SystemExit(f"bulk into {name} refused a document: {bad}")
+
+    with ThreadPoolExecutor(2) as pool, tqdm(total=n, unit="doc", desc=name) as bar:
+        for start in range(0, n, CHUNK):
+            lines = []
+            for doc_id, fields in synth.chunk(start, min(n, start + CHUNK)):
+                lines.append(orjson.dumps({"index": {"_id": doc_id}}))
+                lines.append(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY))
+            pending.append(pool.submit(send, b"\n".join(lines) + b"\n"))
+            while len(pending) > 3:
+                pending.pop(0).result()
+                bar.update(CHUNK)
+        for f in pending:
+            f.result()
+        bar.update(n - bar.n)
+    load_s = time.perf_counter() - t0
+    adapter.put_index_settings(name, {"refresh_interval": None})
+    adapter.refresh(name)
+    build_s = time.perf_counter() - t0
+    if adapter.count(name) != n:
+        raise SystemExit(f"{name}: {adapter.count(name)} documents after the load, not {n}")
+    return {"load_s": load_s, "build_s": build_s, "docs_per_s": n / build_s}
+
+
+def index_stats(client: Any, name: str) -> dict[str, Any]:
+    st = client.indices.stats(index=name, metric="store,segments")["indices"][name]["primaries"]
+    return {"index_bytes": int(st["store"]["size_in_bytes"]),
+            "segments": int(st["segments"]["count"])}
+
+
+def shapes_for(leg_names: list[str], cs: list[int]) -> list[tuple[str, dict[str, Any]]]:
+    """(shape name, search overrides) for every shape the bench times."""
+    out: list[tuple[str, dict[str, Any]]] = [("bm25@10", {"mode": "bm25", "k": 10})]
+    for c in cs:
+        out += [(f"{leg}@{c}", {"mode": leg, "k": c}) for leg in leg_names
+                if f"{leg}@{c}" != out[0][0]]
+        out += [(f"hybrid-{f}@{c}", {"mode": "hybrid", "fusion": f, "candidates": c, "k": 10})
+                for f in ("server", "client")]
+    return out
+
+
+def one_client(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
+               search: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """p50 / p99 ms per shape, one search at a time, shapes interleaved per query."""
+    times: dict[str, list[float]] = {s: [] for s, _ in shapes}
+    for q, text in enumerate(texts):
+        order = shapes if q % 2 == 0 else shapes[::-1]
+        for shape, over in order:
+            t0 = time.perf_counter()
+            retriever.search(text, source=False, **search, **over)
+            times[shape].append(1000 * (time.perf_counter() - t0))
+    return {s: {"p50_ms": float(np.median(v)), "p99_ms": float(np.percentile(v, 99)),
+                "qps_1": 1000.0 / float(np.mean(v))} for s, v in times.items()}
+
+
+def many_clients(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
+                 search: dict[str, Any], clients: int, seconds: float) -> dict[str, Any]:
+    from load import run_clients
+
+    out = {}
+    for shape, over in shapes:
+        res = run_clients(lambda t, o=over: retriever.search(t, source=False, **search, **o),
+                          texts, clients, seconds)
+        if res["errors"]:
+            raise SystemExit(f"{shape}: {res['errors']} errors, first: {res['first_errors']}")
+        out[shape] = {k: res[k] for k in ("qps", "p50_ms", "p99_ms", "searches")}
+    return out
+
+
+def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int) -> dict[str, Any]:
+    modes = {"bm25": one["bm25@10"], "hybrid": one[f"hybrid-server@{c}"],
+             "hybrid_client": one[f"hybrid-client@{c}"]}
+    modes.update({leg: one[f"{leg}@{c}"] for leg in leg_names})
+    return {m: {"p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"]} for m, v in modes.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scale_corpus import Synthesizer, read_source
+
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.evaluation import load_beir
+    from lr_opensearch.options import DEFAULT_CANDIDATES
+    from lr_opensearch.search import Retriever, connect
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
+    p.add_argument("--bundle", type=Path, required=True)
+    p.add_argument("--source-index", action="append", required=True)
+    p.add_argument("--docs", default="10000,100000,1000000")
+    p.add_argument("--candidates", default="10,30,100")
+    p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
+    p.add_argument("--split", default="train")
+    p.add_argument("--queries", type=int, default=100)
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--sparse-top-k", type=int, default=None,
+                   help="stored terms per synthetic document (default: the bundle's)")
+    p.add_argument("--knn-engine", default="lucene")
+    p.add_argument("--knn-encoder", default=None, help="sq7: Lucene scalar quantization, 7 bits")
+    p.add_argument("--ef-search", type=int, default=None)
+    p.add_argument("--sparse-min-idf", type=float, default=0.0)
+    p.add_argument("--tag", default="base", help="names the indexes and the entry in --out")
+    p.add_argument("--rebuild", action="store_true", help="rebuild indexes that exist")
+    p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
+    p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "scale.json")
+    args = p.parse_args(argv)
+
+    bundle = load_bundle(args.bundle)
+    client = connect(args.url, timeout=300)
+    adapter = make_adapter(client)
+    top_k = args.sparse_top_k or int(bundle.config.sparse_top_k)
+    source = read_source(client, args.source_index, args.work)
+    synth = Synthesizer(source, top_k=top_k)
+    texts = list(load_beir(args.dataset, args.split).queries.values())[: args.queries]
+    leg_names = [n for n, w in dict(bundle.config.weights).items() if w > 0]
+    cs = [int(c) for c in args.candidates.split(",")]
+    default_c = DEFAULT_CANDIDATES if DEFAULT_CANDIDATES in cs else max(cs)
+    shapes = shapes_for(leg_names, cs)
+    search = {"ef_search": args.ef_search} if args.ef_search else {}
+    print(f"source: {source.size} documents from {args.source_index}; {len(texts)} "
+          f"{args.split} queries; legs {leg_names}; candidates {cs}", flush=True)
+
+    report = json.loads(args.out.read_text()) if args.out.exists() else {}
+    entry = report.setdefault(args.tag, {"sizes": {}})
+    entry.update({"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder, "sparse_top_k": top_k,
+                  "ef_search": args.ef_search, "sparse_min_idf": args.sparse_min_idf,
+                  "bundle": str(args.bundle), "source": args.source_index})
+    for n in [int(x) for x in args.docs.split(",")]:
+        name = index_name(args.tag, n)
+        built = entry["sizes"].get(str(n), {}).get("build")
+        if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
+            built = build(client, adapter, bundle, synth, name, n,
+                          {"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder})
+        stats = index_stats(client, name)
+        print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
+              f"build {built and built['build_s']:.0f} s", flush=True)
+        retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+        retriever.search_batch(texts[:32], 10)  # warm
+        one = one_client(retriever, texts, shapes, search)
+        many = many_clients(retriever, texts, shapes, search, args.clients, args.seconds)
+        entry["sizes"][str(n)] = {"docs": n, "build": built, **stats, "one_client": one,
+                                  "clients": many, "n_clients": args.clients,
+                                  "modes": summary(one, leg_names, default_c),
+                                  "load_avg": os.getloadavg()}
+        print_size(n, one, many, shapes)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    png = args.out.with_suffix(".png")
+    plot(report, png, default_c)
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def print_size(n: int, one: dict[str, Any], many: dict[str, Any], shapes: list[Any]) -> None:
+    bm = one["bm25@10"]["p50_ms"]
+    bm_many = many["bm25@10"]["p50_ms"]
+    print(f"\n{n} documents: shape, one client p50 / p99 ms (x BM25@10 p50), "
+          f"then {len(many) and 'several'} clients QPS, p50 / p99 ms (x BM25@10 p50)")
+    for shape, _ in shapes:
+        o, m = one[shape], many[shape]
+        print(f"  {shape:<20} {o['p50_ms']:8.1f} / {o['p99_ms']:8.1f} (x{o['p50_ms'] / bm:5.2f})"
+              f"   {m['qps']:7.1f} QPS {m['p50_ms']:8.1f} / {m['p99_ms']:8.1f} "
+              f"(x{m['p50_ms'] / bm_many:5.2f})", flush=True)
+
+
+def plot(report: dict[str, Any], path: Path, c: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for tag, entry in report.items():
+        sizes = sorted(entry["sizes"].values(), key=lambda s: s["docs"])
+        if not sizes:
+            continue
+        docs = [s["docs"] for s in sizes]
+        for mode in sizes[0]["modes"]:
+            style = "k:" if mode == "bm25" else ("o-" if mode.startswith("hybrid") else "s--")
+            label = mode if mode == "bm25" else f"{mode} (C={c})"
+            ax.plot(docs, [s["modes"][mode]["p50_ms"] for s in sizes], style,
+                    label=label if len(report) == 1 else f"{tag}: {label}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents in the index")
+    ax.set_ylabel("p50 ms per search, one client")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title("Search latency against corpus size (one node, 2 cores)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
