@@ -29,10 +29,12 @@ Indexes are named ``lr-scale-<tag>-<N>`` and reused when they hold N documents.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -50,25 +52,15 @@ def index_name(tag: str, n: int) -> str:
     return f"lr-scale-{tag}-{n}"
 
 
-def build(client: Any, adapter: Any, bundle: Any, synth: Any, name: str, n: int,
-          index_opts: dict[str, Any]) -> dict[str, Any]:
-    """Create ``name`` for ``bundle`` and bulk-load ``n`` synthetic documents into it."""
+def build(client: Any, adapter: Any, bundle: Any, docs: Iterator[tuple[str, dict[str, Any]]],
+          name: str, n: int, index_opts: dict[str, Any]) -> dict[str, Any]:
+    """Create ``name`` for ``bundle`` and bulk-load the ``n`` documents of ``docs`` into it."""
     import orjson
     from tqdm import tqdm
 
     if adapter.index_exists(name):
         adapter.delete_index(name)
-    opts = dict(index_opts)
-    encoder = opts.pop("knn_encoder", None)
-    if encoder is None:
-        adapter.create_index(name, bundle, **opts)
-    else:  # scalar quantization of the HNSW vectors: a bench-only variant of the template
-        from lr_opensearch.engine.adapter import DENSE_FIELD
-
-        body = adapter.index_body(bundle, **opts)
-        params = body["mappings"]["properties"][DENSE_FIELD]["method"]["parameters"]
-        params["encoder"] = {"name": "sq", "parameters": {"bits": int(encoder.removeprefix("sq"))}}
-        adapter._create(name, body)
+    create(adapter, bundle, name, index_opts)
     adapter.put_index_settings(name, {"refresh_interval": "-1"})
     t0 = time.perf_counter()
     pending: list[Future[Any]] = []
@@ -80,18 +72,17 @@ def build(client: Any, adapter: Any, bundle: Any, synth: Any, name: str, n: int,
             raise SystemExit(f"bulk into {name} refused a document: {bad}")
 
     with ThreadPoolExecutor(2) as pool, tqdm(total=n, unit="doc", desc=name) as bar:
-        for start in range(0, n, CHUNK):
+        while chunk := list(itertools.islice(docs, CHUNK)):
             lines = []
-            for doc_id, fields in synth.chunk(start, min(n, start + CHUNK)):
+            for doc_id, fields in chunk:
                 lines.append(orjson.dumps({"index": {"_id": doc_id}}))
                 lines.append(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY))
             pending.append(pool.submit(send, b"\n".join(lines) + b"\n"))
+            bar.update(len(chunk))
             while len(pending) > 3:
                 pending.pop(0).result()
-                bar.update(CHUNK)
         for f in pending:
             f.result()
-        bar.update(n - bar.n)
     load_s = time.perf_counter() - t0
     adapter.put_index_settings(name, {"refresh_interval": None})
     adapter.refresh(name)
@@ -99,6 +90,27 @@ def build(client: Any, adapter: Any, bundle: Any, synth: Any, name: str, n: int,
     if adapter.count(name) != n:
         raise SystemExit(f"{name}: {adapter.count(name)} documents after the load, not {n}")
     return {"load_s": load_s, "build_s": build_s, "docs_per_s": n / build_s}
+
+
+def create(adapter: Any, bundle: Any, name: str, index_opts: dict[str, Any]) -> None:
+    """Create ``name`` with the product template; ``knn_encoder`` (``sq7``: Lucene scalar
+    quantization, 7 bits) is a bench-only variant of it."""
+    opts = dict(index_opts)
+    encoder = opts.pop("knn_encoder", None)
+    if encoder is None:
+        adapter.create_index(name, bundle, **opts)
+        return
+    from lr_opensearch.engine.adapter import DENSE_FIELD
+
+    body = adapter.index_body(bundle, **opts)
+    params = body["mappings"]["properties"][DENSE_FIELD]["method"]["parameters"]
+    params["encoder"] = {"name": "sq", "parameters": {"bits": int(encoder.removeprefix("sq"))}}
+    adapter._create(name, body)
+
+
+def synthetic(synth: Any, n: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    for start in range(0, n, CHUNK):
+        yield from synth.chunk(start, min(n, start + CHUNK))
 
 
 def index_stats(client: Any, name: str) -> dict[str, Any]:
@@ -179,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knn-encoder", default=None, help="sq7: Lucene scalar quantization, 7 bits")
     p.add_argument("--ef-search", type=int, default=None)
     p.add_argument("--sparse-min-idf", type=float, default=0.0)
+    p.add_argument("--quality", action="store_true",
+                   help="also index the source documents themselves with these settings and "
+                   "report nDCG@10 on the dataset's --split judgments")
     p.add_argument("--tag", default="base", help="names the indexes and the entry in --out")
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes that exist")
     p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
@@ -200,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"source: {source.size} documents from {args.source_index}; {len(texts)} "
           f"{args.split} queries; legs {leg_names}; candidates {cs}", flush=True)
 
+    index_opts = {"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder}
     report = json.loads(args.out.read_text()) if args.out.exists() else {}
     entry = report.setdefault(args.tag, {"sizes": {}})
     entry.update({"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder, "sparse_top_k": top_k,
@@ -209,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         name = index_name(args.tag, n)
         built = entry["sizes"].get(str(n), {}).get("build")
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
-            built = build(client, adapter, bundle, synth, name, n,
-                          {"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder})
+            built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
         stats = index_stats(client, name)
         print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
               f"build {built and built['build_s']:.0f} s", flush=True)
@@ -225,10 +240,42 @@ def main(argv: list[str] | None = None) -> int:
         print_size(n, one, many, shapes)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if args.quality:
+        entry["quality"] = quality(client, adapter, bundle, source, top_k, args, index_opts,
+                                   leg_names, search)
+        args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     png = args.out.with_suffix(".png")
     plot(report, png, default_c)
     print(f"wrote {args.out} and {png}")
     return 0
+
+
+def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, args: Any,
+            index_opts: dict[str, Any], leg_names: list[str],
+            search: dict[str, Any]) -> dict[str, Any]:
+    """nDCG@10 / R@100 of the hybrid (both fusions) and of each leg on the source documents
+    indexed with these settings (``lr-scale-<tag>-real``), ``--split`` judgments."""
+    from hybrid_cost import ndcg_at_10
+    from scale_corpus import real_docs
+
+    from lr_opensearch.evaluation import load_beir
+    from lr_opensearch.search import Retriever
+
+    name = index_name(args.tag, 0).removesuffix("-0") + "-real"
+    if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != source.size:
+        build(client, adapter, bundle, real_docs(source, top_k), name, source.size, index_opts)
+    dataset = load_beir(args.dataset, args.split)
+    qids = list(dataset.queries)
+    texts = [dataset.queries[q] for q in qids]
+    retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+    out = {}
+    for mode, over in [(f"hybrid-{f}", {"fusion": f}) for f in ("server", "client")] + \
+            [(leg, {"mode": leg}) for leg in leg_names]:
+        m = ndcg_at_10(retriever, dataset, qids, texts, 32, 100, **search, **over)
+        out[mode] = {"ndcg@10": m["ndcg@10"], "recall@100": m["recall@100"]}
+        print(f"quality {args.split} {mode:<14} nDCG@10 {m['ndcg@10']:.4f}  "
+              f"R@100 {m['recall@100']:.4f}", flush=True)
+    return out
 
 
 def print_size(n: int, one: dict[str, Any], many: dict[str, Any], shapes: list[Any]) -> None:

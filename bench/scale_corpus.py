@@ -47,8 +47,9 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 @dataclass
 class Source:
     """Real encoded documents: ``dense`` [n, d] float32, sparse terms as CSR (``indptr``,
-    ``terms`` (ids into ``keys``), ``weights``), ``titles``, ``sentences`` per document."""
+    ``terms`` (ids into ``keys``), ``weights``), ``titles``, ``sentences`` per document, and the documents' ``ids``."""
 
+    ids: list[str]
     dense: np.ndarray
     indptr: np.ndarray
     terms: np.ndarray
@@ -71,11 +72,12 @@ def read_source(client: Any, indexes: list[str], cache: Path) -> Source:
         data = np.load(arrays)
         m = json.loads(meta.read_text(encoding="utf-8"))
         if m["indexes"] == indexes:
-            return Source(data["dense"], data["indptr"], data["terms"], data["weights"],
+            return Source(m["ids"], data["dense"], data["indptr"], data["terms"], data["weights"],
                           m["keys"], m["titles"], m["sentences"])
     dense: list[list[float]] = []
     indptr, terms, weights = [0], [], []
     key_ids: dict[str, int] = {}
+    ids: list[str] = []
     titles: list[str] = []
     sentences: list[list[str]] = []
     fields = [DENSE_FIELD, SPARSE_FIELD, *TEXT_FIELDS]
@@ -88,6 +90,7 @@ def read_source(client: Any, indexes: list[str], cache: Path) -> Source:
                 if DENSE_FIELD not in src:
                     raise SystemExit(f"index {index!r}: document {hit['_id']} has no "
                                      f"{DENSE_FIELD} in _source; ingest it with the bundle")
+                ids.append(str(hit["_id"]))
                 dense.append(src[DENSE_FIELD])
                 for key, w in src.get(SPARSE_FIELD, {}).items():
                     terms.append(key_ids.setdefault(key, len(key_ids)))
@@ -98,14 +101,30 @@ def read_source(client: Any, indexes: list[str], cache: Path) -> Source:
                 sentences.append([s for s in _SENTENCE.split(body) if s] or [body])
             resp = client.scroll(scroll_id=resp["_scroll_id"], scroll="2m")
         client.clear_scroll(scroll_id=resp["_scroll_id"])
-    src = Source(np.asarray(dense, np.float32), np.asarray(indptr, np.int64),
+    src = Source(ids, np.asarray(dense, np.float32), np.asarray(indptr, np.int64),
                  np.asarray(terms, np.int32), np.asarray(weights, np.float32),
                  list(key_ids), titles, sentences)
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(arrays, dense=src.dense, indptr=src.indptr, terms=src.terms, weights=src.weights)
-    meta.write_text(json.dumps({"indexes": indexes, "keys": src.keys, "titles": titles,
+    meta.write_text(json.dumps({"indexes": indexes, "ids": ids, "keys": src.keys, "titles": titles,
                                 "sentences": sentences}), encoding="utf-8")
     return src
+
+
+def real_docs(source: Source, top_k: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The source documents themselves under their own ids, sparse cut to ``top_k`` terms
+    (what an ingest with ``sparse_top_k = top_k`` stores): for quality checks with the
+    collection's judgments."""
+    from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, TEXT_FIELDS
+
+    s = source
+    for i, doc_id in enumerate(s.ids):
+        lo, hi = s.indptr[i], s.indptr[i + 1]
+        keep = np.argsort(-s.weights[lo:hi])[:top_k]
+        yield doc_id, {TEXT_FIELDS[0]: s.titles[i], TEXT_FIELDS[1]: " ".join(s.sentences[i]),
+                       DENSE_FIELD: s.dense[i],
+                       SPARSE_FIELD: {s.keys[int(s.terms[lo + t])]: float(s.weights[lo + t])
+                                      for t in keep}}
 
 
 def neighbours(dense: np.ndarray, k: int = NEIGHBOURS) -> np.ndarray:
