@@ -3,8 +3,9 @@
     python bench/scale.py --bundle B --source-index I [--source-index J ...]
         [--docs 10000,100000,1000000] [--candidates 10,30,100] [--queries 100]
         [--clients 8] [--seconds 5] [--dataset DIR --split train] [--url URL]
-        [--sparse-top-k K] [--knn-engine lucene|faiss] [--ef-search N]
-        [--sparse-min-idf X] [--tag NAME] [--rebuild] [--out results/bench/scale.json]
+        [--sparse-top-k K] [--knn-engine lucene|faiss] [--knn-encoder sq7]
+        [--ef-search N] [--sparse-min-idf X] [--setting KEY=VALUE] [--quality]
+        [--tag NAME] [--index-of TAG] [--rebuild] [--out results/bench/scale.json]
 
 For each size N: a corpus of N documents synthesised from the real encoded documents of
 the source index(es) (``bench/scale_corpus.py`` says how), indexed on the node with the
@@ -20,10 +21,15 @@ vectors precomputed (bulk only, no model; refresh off while loading), then timed
 Reports index size, segments and build time per size, prints the hybrid / BM25 ratios
 (same process, same node), and writes ``--out`` (per size: ``docs``, build figures, and
 ``modes``: per mode - ``bm25`` = BM25 at size 10, ``hybrid`` = server-fused LR hybrid at
-the default candidates, each leg alone at the default candidates - ``p50_ms``; all
-shapes in ``shapes``) and a plot of latency against corpus size next to it. Sizes already
-in ``--out`` are kept unless run again, so one size can be run alone (``--docs 20000``).
-Indexes are named ``lr-scale-<tag>-<N>`` and reused when they hold N documents.
+the default candidates, ``hybrid_client`` the same fused on the client, each leg alone at
+the default candidates - ``p50_ms``; every shape in ``one_client`` and ``clients``) under
+the run's ``--tag`` (``base`` = default settings; a remedy gets its own tag), and a plot
+of latency against corpus size next to it. Sizes already in ``--out`` are kept unless run
+again, so one size can be run alone (``--docs 20000``). Indexes are named
+``lr-scale-<tag>-<N>`` and reused when they hold N documents; ``--index-of base`` times
+search-time variants on the base indexes. ``--quality`` also indexes the source documents
+themselves (``lr-scale-<tag>-real``, their own ids, the same settings) and reports
+nDCG@10 on the ``--split`` judgments - SciFact train by default, never test.
 """
 
 from __future__ import annotations
@@ -191,10 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knn-encoder", default=None, help="sq7: Lucene scalar quantization, 7 bits")
     p.add_argument("--ef-search", type=int, default=None)
     p.add_argument("--sparse-min-idf", type=float, default=0.0)
+    p.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="a dynamic index setting applied before timing (repeatable), e.g. "
+                   "search.concurrent_segment_search.mode=all; reset to the default after")
     p.add_argument("--quality", action="store_true",
                    help="also index the source documents themselves with these settings and "
                    "report nDCG@10 on the dataset's --split judgments")
     p.add_argument("--tag", default="base", help="names the indexes and the entry in --out")
+    p.add_argument("--index-of", default=None, metavar="TAG",
+                   help="search the indexes built under another tag (search-time variants: "
+                   "--ef-search, --sparse-min-idf, --setting)")
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes that exist")
     p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "scale.json")
@@ -220,12 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     entry = report.setdefault(args.tag, {"sizes": {}})
     entry.update({"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder, "sparse_top_k": top_k,
                   "ef_search": args.ef_search, "sparse_min_idf": args.sparse_min_idf,
+                  "settings": args.setting,
                   "bundle": str(args.bundle), "source": args.source_index})
     for n in [int(x) for x in args.docs.split(",")]:
-        name = index_name(args.tag, n)
+        name = index_name(args.index_of or args.tag, n)
         built = entry["sizes"].get(str(n), {}).get("build")
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
             built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
+        settings = dict(kv.split("=", 1) for kv in args.setting)
+        if settings:
+            adapter.put_index_settings(name, settings)
         stats = index_stats(client, name)
         print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
               f"build {built and built['build_s']:.0f} s", flush=True)
@@ -237,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "clients": many, "n_clients": args.clients,
                                   "modes": summary(one, leg_names, default_c),
                                   "load_avg": os.getloadavg()}
+        if settings:
+            adapter.put_index_settings(name, dict.fromkeys(settings))
         print_size(n, one, many, shapes)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -261,7 +279,7 @@ def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, arg
     from lr_opensearch.evaluation import load_beir
     from lr_opensearch.search import Retriever
 
-    name = index_name(args.tag, 0).removesuffix("-0") + "-real"
+    name = index_name(args.index_of or args.tag, 0).removesuffix("-0") + "-real"
     if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != source.size:
         build(client, adapter, bundle, real_docs(source, top_k), name, source.size, index_opts)
     dataset = load_beir(args.dataset, args.split)
