@@ -54,6 +54,21 @@ sys.path.insert(0, str(REPO / "bench"))
 CHUNK = 500
 
 
+def query_texts(folder: Path) -> list[str]:
+    """Every query text of a BEIR folder's queries file (no judgment is read)."""
+    from lr_opensearch.evaluation.beir import _find, iter_jsonl
+
+    return [str(r["text"]) for _, r in iter_jsonl(_find(folder, "queries"))]
+
+
+def interleave(lists: list[list[str]]) -> list[str]:
+    """Round-robin over the lists, so a prefix has some of each."""
+    out = []
+    for i in range(max(len(x) for x in lists)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
 def index_name(tag: str, n: int) -> str:
     return f"lr-scale-{tag}-{n}"
 
@@ -184,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
     p.add_argument("--bundle", type=Path, required=True)
     p.add_argument("--source-index", action="append", required=True)
+    p.add_argument("--source-url", default=None, help="the node holding the source indexes "
+                   "(default: --url)")
+    p.add_argument("--timing-queries", action="append", type=Path, default=None, metavar="DIR",
+                   help="BEIR folder(s) whose queries file gives the timed query texts (no "
+                   "judgment read; repeatable; default: --dataset's --split queries)")
     p.add_argument("--docs", default="10000,100000,1000000")
     p.add_argument("--candidates", default="10,30,100")
     p.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
@@ -216,16 +236,22 @@ def main(argv: list[str] | None = None) -> int:
     client = connect(args.url, timeout=300)
     adapter = make_adapter(client)
     top_k = args.sparse_top_k or int(bundle.config.sparse_top_k)
-    source = read_source(client, args.source_index, args.work)
+    source_client = connect(args.source_url, timeout=300) if args.source_url else client
+    source = read_source(source_client, args.source_index, args.work)
     synth = Synthesizer(source, top_k=top_k)
-    texts = list(load_beir(args.dataset, args.split).queries.values())[: args.queries]
+    if args.timing_queries:
+        texts = interleave([query_texts(d) for d in args.timing_queries])[: args.queries]
+    else:
+        texts = list(load_beir(args.dataset, args.split).queries.values())[: args.queries]
     leg_names = [n for n, w in dict(bundle.config.weights).items() if w > 0]
     cs = [int(c) for c in args.candidates.split(",")]
     default_c = DEFAULT_CANDIDATES if DEFAULT_CANDIDATES in cs else max(cs)
     shapes = shapes_for(leg_names, cs)
     search = {"ef_search": args.ef_search} if args.ef_search else {}
-    print(f"source: {source.size} documents from {args.source_index}; {len(texts)} "
-          f"{args.split} queries; legs {leg_names}; candidates {cs}", flush=True)
+    origin = ", ".join(d.name for d in args.timing_queries) if args.timing_queries else \
+        f"{args.dataset.name} {args.split}"
+    print(f"source: {source.size} documents from {args.source_index}; {len(texts)} timed "
+          f"queries ({origin}); legs {leg_names}; candidates {cs}", flush=True)
 
     index_opts = {"knn_engine": args.knn_engine, "knn_encoder": args.knn_encoder}
     report = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -249,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         retriever.search_batch(texts[:32], 10)  # warm
         one = one_client(retriever, texts, shapes, search)
         many = many_clients(retriever, texts, shapes, search, args.clients, args.seconds)
-        entry["sizes"][str(n)] = {"docs": n, "build": built, **stats, "one_client": one,
+        entry["sizes"][str(n)] = {"docs": n, "build": built, **stats, "queries": origin,
+                                  "one_client": one,
                                   "clients": many, "n_clients": args.clients,
                                   "modes": summary(one, leg_names, default_c),
                                   "load_avg": os.getloadavg()}
