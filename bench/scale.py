@@ -20,9 +20,10 @@ vectors precomputed (bulk only, no model; refresh off while loading), then timed
 
 Reports index size, segments and build time per size, prints the hybrid / BM25 ratios
 (same process, same node), and writes ``--out`` (per size: ``docs``, build figures, and
-``modes``: per mode - ``bm25`` = BM25 at size 10, ``hybrid`` = server-fused LR hybrid at
-the default candidates, ``hybrid_client`` the same fused on the client, each leg alone at
-the default candidates - ``p50_ms``; every shape in ``one_client`` and ``clients``) under
+``modes``: per mode - ``bm25`` = BM25 at size 10, ``hybrid`` = LR hybrid at the default
+candidates as ``fusion="auto"`` runs it at that size (``auto_path``), ``hybrid_server``
+and ``hybrid_client`` both ways, each leg alone at the default candidates - ``p50_ms``;
+every shape in ``one_client`` and ``clients``) under
 the run's ``--tag`` (``base`` = default settings; a remedy gets its own tag), and a plot
 of latency against corpus size next to it. Sizes already in ``--out`` are kept unless run
 again, so one size can be run alone (``--docs 20000``). Indexes are named
@@ -179,11 +180,14 @@ def many_clients(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[
     return out
 
 
-def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int) -> dict[str, Any]:
-    """``bm25`` (BM25 alone at size 10, as users run it), ``hybrid`` (server fusion),
+def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int,
+            auto_path: str = "server") -> dict[str, Any]:
+    """``bm25`` (BM25 alone at size 10, as users run it), ``hybrid`` (what the default
+    ``fusion="auto"`` does at this size: ``auto_path``), ``hybrid_server``,
     ``hybrid_client`` and each leg alone at ``c`` candidates (a leg named like a mode above
     gets ``_leg``): p50 / p99 ms."""
-    modes = {"bm25": one["bm25@10"], "hybrid": one[f"hybrid-server@{c}"],
+    modes = {"bm25": one["bm25@10"], "hybrid": one[f"hybrid-{auto_path}@{c}"],
+             "hybrid_server": one[f"hybrid-server@{c}"],
              "hybrid_client": one[f"hybrid-client@{c}"]}
     for leg in leg_names:
         modes[f"{leg}_leg" if leg in modes else leg] = one[f"{leg}@{c}"]
@@ -280,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         one = one_client(retriever, texts, shapes, search)
         many = many_clients(retriever, texts, shapes, search, args.clients, args.seconds)
         entry["sizes"][str(n)] = {"docs": n, "build": built, **stats, "queries": origin,
-                                  "one_client": one,
+                                  "one_client": one, "auto_path": retriever._resolve_path(
+                                      "auto", retriever.defaults),
                                   "clients": many, "n_clients": args.clients,
                                   "modes": summary(one, leg_names, default_c),
                                   "load_avg": os.getloadavg()}
@@ -288,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             adapter.put_index_settings(name, dict.fromkeys(settings))
         print_size(n, one, many, shapes)
         for size in entry["sizes"].values():  # one definition of the summary for every size
-            size["modes"] = summary(size["one_client"], leg_names, default_c)
+            size["modes"] = summary(size["one_client"], leg_names, default_c,
+                                    size.get("auto_path", "server"))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     if args.quality:
@@ -353,7 +359,7 @@ def plot(report: dict[str, Any], path: Path, c: int) -> None:
         if not sizes:
             continue
         docs = [s["docs"] for s in sizes]
-        for mode in sizes[0]["modes"]:
+        for mode in [m for m in sizes[0]["modes"] if m != "hybrid"]:  # = one of the two
             style = "k:" if mode == "bm25" else ("o-" if mode.startswith("hybrid") else "s--")
             label = mode if mode == "bm25" else f"{mode} (C={c})"
             ax.plot(docs, [s["modes"][mode]["p50_ms"] for s in sizes], style,

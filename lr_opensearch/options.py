@@ -34,7 +34,15 @@ SEMANTICS = ("opensearch", "linear")
 NORMALIZATIONS = ("min_max", "l2")
 COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean", "rrf")
 ENCODINGS = ("client", "cluster")  # who encodes the query: this process, or the cluster's models
-FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: the server when it can)
+FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: see below)
+# "auto" fuses on the client, although the server could, from this many documents in the
+# searched index(es) where the engine's hybrid query cannot skip: OpenSearch's `hybrid`
+# sets no minimum competitive score for its sub-queries before 3.7, so each leg scores
+# every document that matches it, while a leg searched alone (client fusion, one _msearch)
+# skips with Lucene's dynamic pruning. Same ranking either way (tested); chosen by
+# bench/scale.py (docs/RESULTS.md, "Cost as the corpus grows").
+CLIENT_FUSION_MIN_DOCS = 50_000
+HYBRID_SKIPS_FROM = (3, 7)  # the first OpenSearch whose hybrid query lets sub-queries skip
 DEFAULT_CANDIDATES = 100  # hits each leg retrieves for fusion
 DEFAULT_RERANK_DEPTH = 20  # hits a second stage rescores per query
 # The most hits one search may ask for: OpenSearch's and Elasticsearch's default

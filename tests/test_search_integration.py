@@ -262,6 +262,35 @@ def test_fusion_path_choice(corpus: Any, os_client: Any, os_capabilities: Any) -
     ]
 
 
+def test_auto_fusion_goes_client_side_on_large_indexes(
+    corpus: Any, os_client: Any, os_capabilities: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    """From CLIENT_FUSION_MIN_DOCS documents, on an OpenSearch whose hybrid query cannot
+    skip, ``fusion="auto"`` fuses on the client (said once); below it, on the server;
+    ``fusion="server"`` is obeyed at any size. Same hits either way."""
+    import lr_opensearch.engine.opensearch as os_engine
+
+    bundle, index, *_ = corpus
+    if not os_capabilities.neural_search:
+        pytest.fail("neural-search is missing from the node: server fusion untested")
+    small = Retriever(bundle, os_client, index)
+    assert small.documents() == N_DOCS
+    assert small._resolve_path("auto", small.defaults) == "server"
+    monkeypatch.setattr(os_engine, "CLIENT_FUSION_MIN_DOCS", N_DOCS)
+    large = Retriever(bundle, os_client, index)
+    skips = os_capabilities.release >= os_engine.HYBRID_SKIPS_FROM
+    with caplog.at_level("INFO", logger="lr_opensearch.search.retriever"):
+        hits = [large.search(q, k=5) for q in QUERIES]
+    assert large._resolve_path("auto", large.defaults) == ("server" if skips else "client")
+    if not skips:
+        told = [r.getMessage() for r in caplog.records if "fuses client side" in r.getMessage()]
+        assert len(told) == 1 and f"{N_DOCS} documents" in told[0]
+    assert large._resolve_path("server", large.defaults) == "server"
+    server = Retriever(bundle, os_client, index, fusion="server")
+    for q, got in zip(QUERIES, hits, strict=True):
+        assert [h.doc_id for h in got] == [h.doc_id for h in server.search(q, k=5)]
+
+
 def test_server_and_client_opensearch_semantics_agree(
     corpus: Any, os_client: Any, os_capabilities: Any
 ) -> None:

@@ -30,9 +30,11 @@ from lr_opensearch.cli.common import (
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import parse_weights
 from lr_opensearch.options import (
+    CLIENT_FUSION_MIN_DOCS,
     DEFAULT_CANDIDATES,
     DEFAULT_RERANK_DEPTH,
     FUSION_PATHS,
+    HYBRID_SKIPS_FROM,
     SEMANTICS,
 )
 from lr_opensearch.search.explain import Explanation
@@ -267,7 +269,10 @@ def register(subparsers: Any) -> None:
         "--fusion",
         choices=FUSION_PATHS,
         default=FUSION_PATHS[0],
-        help="hybrid fusion path (auto: server when the cluster has neural-search)",
+        help="hybrid fusion path (auto: the server when the cluster has neural-search, "
+        f"except client side from {CLIENT_FUSION_MIN_DOCS:,} documents on OpenSearch "
+        f"before {'.'.join(map(str, HYBRID_SKIPS_FROM))}, whose hybrid query cannot skip; "
+        "same ranking)",
     )
     p.add_argument(
         "--semantics",

@@ -181,6 +181,11 @@ class EngineAdapter:
         """Why the cluster cannot fuse ``config`` itself (None: it can)."""
         raise NotImplementedError
 
+    def server_fusion_slower(self, documents: int) -> str | None:
+        """Why ``fusion="auto"`` should fuse on the client although the cluster can fuse,
+        for a target of ``documents`` documents (None: fuse on the server)."""
+        return None
+
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, depth: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:

@@ -289,6 +289,16 @@ class Capabilities:
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
+    @property
+    def release(self) -> tuple[int, ...]:
+        """The version as numbers, e.g. (3, 6, 0); unreadable parts stop it."""
+        out = []
+        for part in self.version.split("-")[0].split("."):
+            if not part.isdigit():
+                break
+            out.append(int(part))
+        return tuple(out)
+
 
 def cluster_capabilities(client: Any) -> Capabilities:
     """Ask the cluster for its version and plugins.

@@ -37,6 +37,7 @@ from lr_opensearch.engine.adapter import (
 )
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import FusionConfig
+from lr_opensearch.options import CLIENT_FUSION_MIN_DOCS, HYBRID_SKIPS_FROM
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -142,6 +143,14 @@ class OpenSearchAdapter(EngineAdapter):
         if not self.server_hybrid_available():
             return "the OpenSearch cluster has no neural-search plugin (hybrid query)"
         return None
+
+    def server_fusion_slower(self, documents: int) -> str | None:
+        release = self.capabilities().release
+        if documents < CLIENT_FUSION_MIN_DOCS or release >= HYBRID_SKIPS_FROM:
+            return None
+        return (f"{documents:,} documents: OpenSearch {self.capabilities().version}'s hybrid "
+                "query scores every match of every leg (no skipping before "
+                f"{'.'.join(map(str, HYBRID_SKIPS_FROM))}); each leg searched alone skips")
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, depth: int | None = None, source: Any = None,

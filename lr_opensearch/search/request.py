@@ -42,7 +42,9 @@ class SearchOptions:
         k: hits per query; from_: offset into the ranked (fused) list.
         mode: ``hybrid``, or one leg alone (a leg's name, see :func:`lr_opensearch.legs.modes`).
         weights: per leg, ``{leg: weight}`` or a sequence in leg order; None: the bundle's.
-        fusion: ``auto`` (the server when it can), ``server`` or ``client``.
+        fusion: ``auto`` (the server when it can, except on large indexes where the
+            engine's hybrid query cannot skip: see ``options.CLIENT_FUSION_MIN_DOCS``),
+            ``server`` or ``client``.
         semantics: fusion semantics (None: the bundle's); normalization, combination,
             rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
         candidates: hits each leg retrieves for fusion (at least ``from_ + k``).

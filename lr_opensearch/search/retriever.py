@@ -120,6 +120,7 @@ class Retriever:
             self.cluster = self._cluster_record(client, index)
         self._told: set[str] = set()
         self._shards: int | None = None
+        self._documents: int | None = None
         from lr_opensearch.search.rerank import as_stage
 
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
@@ -131,6 +132,17 @@ class Retriever:
             encoder = QueryEncoder(bundle, instruction=self.options.instruction,
                                    sparse_min_idf=sparse_min_idf)
         self.encoder = encoder
+
+    def documents(self) -> int:
+        """Documents in the searched index(es), counted once per retriever (``fusion="auto"``
+        weighs it; :meth:`recount` after large changes)."""
+        if self._documents is None:
+            self._documents = self.adapter.count(self.index)
+        return self._documents
+
+    def recount(self) -> int:
+        self._documents = None
+        return self.documents()
 
     @property
     def candidates(self) -> int:
@@ -365,10 +377,12 @@ class Retriever:
         if fusion == "client":
             return "client"
         why = self.adapter.server_fusion_blocker(config)
+        if why is not None and fusion == "server":
+            raise ConfigError(f"server-side fusion is not possible: {why}; use fusion='client'")
+        if why is None and fusion == "auto":
+            why = self.adapter.server_fusion_slower(self.documents())
         if why is None:
             return "server"
-        if fusion == "server":
-            raise ConfigError(f"server-side fusion is not possible: {why}; use fusion='client'")
         if why not in self._told:  # once per retriever and reason, not once per search
             self._told.add(why)
             logger.info("hybrid search fuses client side (same semantics): %s", why)
