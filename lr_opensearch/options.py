@@ -25,10 +25,9 @@ SPARSE_HEADS = ("lm", "mlm", "tied")
 #: "medusa_max" (the Medusa heads' logits max-pooled as LightRetriever, weighted alike)
 SPARSE_MODES = ("max", "medusa_last", "medusa_max")
 #: how the document encoder computes (ingest, ``lr bundle build``'s fit): "fp32" (the
-#: default: float32), "bf16" (bfloat16 autocast), "int8" (dynamically quantized Linear
-#: layers of the backbone, CPU only); ``lr_opensearch.model.precision``, measured in
-#: docs/RESULTS.md
-ENCODE_PRECISIONS = ("fp32", "bf16", "int8")
+#: default: float32 vectors), "bf16" (the backbone's matmuls in bfloat16);
+#: ``lr_opensearch.model.precision``, measured in docs/RESULTS.md
+ENCODE_PRECISIONS = ("fp32", "bf16")
 DEFAULT_ENCODE_PRECISION = "fp32"
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field

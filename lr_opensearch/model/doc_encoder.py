@@ -69,8 +69,8 @@ class DocEncoder:
         min_weight: sparse weights must be strictly above this (and above 0).
         batch_size: documents per forward pass.
         device: default GPU if available, else CPU.
-        precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``); int8
-            encodes with a quantized copy of ``model``.
+        precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``); bf16
+            encodes with a converted copy of ``model``.
     """
 
     def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,

@@ -5,14 +5,17 @@
   and the weights a document keeps are computed again in float32, with a bound proving
   that none was missed (``fused.projection_max``'s ``exact_top``): the same vectors as
   float32 throughout, up to float rounding.
-- ``bf16``: also the backbone's ``nn.Linear`` layers multiply in bfloat16 (weights stored
-  in bfloat16, inputs cast, products accumulated in float32 and returned as float32, bias
-  added in float32) on a copy of the model; the residual stream, attention, LayerNorm and
-  pooling stay float32. Approximate: the vectors move by bfloat16's rounding, so near-tied
-  sparse terms at a document's top-k boundary can trade places.
-- ``int8``: the backbone's ``nn.Linear`` layers dynamically quantized to int8
-  (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized per
-  batch) on a copy of the model. CPU only.
+- ``bf16``: the backbone body (embeddings, attention, feed-forward, LayerNorm) in
+  bfloat16 on a copy of the model, its last hidden states returned to float32 for pooling
+  and the heads; the sparse projection screened as above. Approximate: the vectors move by
+  bfloat16's rounding (tied heads also project with the bfloat16 input embeddings), so
+  near-tied sparse terms at a document's top-k boundary can trade places. Casting only
+  the Linear layers (float32 residual stream) was measured as well: as accurate for the
+  sparse vectors' top-k, slower (docs/RESULTS.md).
+
+int8 dynamic quantization of the backbone's Linear layers (``quantize_dynamic``) was
+measured too and left out: MiniLM's dense vectors fell to cosine 0.90 to fp32 and
+nDCG@10 by 0.02 to 0.05 (docs/RESULTS.md).
 
 The weights on disk never change: a precision is how vectors are computed, not what a
 bundle holds, so an index written with one precision is searched with the same bundle.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,60 +43,35 @@ def check_precision(precision: str, device: torch.device) -> str:
     """``precision`` if it is one of ``ENCODE_PRECISIONS`` and runs on ``device``.
 
     Raises:
-        ConfigError: an unknown name, int8 on a GPU, or no int8 kernels in this torch.
+        ConfigError: an unknown name, or bf16 on a device without bfloat16 (the message
+            says what to use instead).
     """
     choice("--encode-precision", precision, ENCODE_PRECISIONS)
-    if precision == "int8":
-        if device.type != "cpu":
-            raise ConfigError(f"--encode-precision int8 runs on the CPU only, not {device}; "
-                              "use --device cpu, or bf16 on a GPU")
-        engines = torch.backends.quantized.supported_engines
-        if not {"x86", "fbgemm", "onednn"} & set(engines):
-            raise ConfigError("--encode-precision int8: this torch build has no x86 int8 "
-                              f"kernels (quantized engines: {', '.join(engines)}); use fp32 "
-                              "or bf16, or install the PyPI torch wheel")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"--encode-precision bf16: the GPU {device} has no bfloat16 support; "
+                          "use --encode-precision fp32")
+    if precision == "bf16" and device.type == "cpu" and not bf16_is_fast(device):
+        logger.warning("--encode-precision bf16: this CPU has neither AVX-512 BF16 nor AMX, "
+                       "so bfloat16 is emulated and likely slower than fp32")
     return precision
 
 
-class Bf16Linear(nn.Module):
-    """An ``nn.Linear`` that multiplies in bfloat16 and returns float32 (see the module doc)."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
-        bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = nn.functional.linear(x.to(torch.bfloat16), self.weight).float()
-        return out if self.bias is None else out + self.bias
-
-
-def _swap_linears(module: nn.Module) -> int:
-    """Replace every ``nn.Linear`` under ``module`` by a ``Bf16Linear``; returns how many."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if type(child) is nn.Linear:
-            setattr(module, name, Bf16Linear(child))
-            count += 1
-        else:
-            count += _swap_linears(child)
-    return count
+def _float_output(module: nn.Module, args: Any, output: Any) -> Any:
+    """Forward hook: the body's last hidden states back in float32 for the heads."""
+    output.last_hidden_state = output.last_hidden_state.float()
+    return output
 
 
 def prepare(model: LightRetrieverModel, precision: str) -> LightRetrieverModel:
     """The model to run at ``precision``: ``model`` itself for fp32, a converted copy
-    otherwise (``model`` is left as it was: ``lr bundle build`` saves it afterwards). Only
-    the backbone body changes: the vocabulary projection's weights stay as they are."""
+    otherwise (``model`` is left as it was: ``lr bundle build`` saves it afterwards)."""
     if precision == "fp32":
         return model
     converted = copy.deepcopy(model)
     body = unwrap(converted.hf).base_model
-    if precision == "int8":
-        torch.ao.quantization.quantize_dynamic(body, {nn.Linear}, dtype=torch.qint8, inplace=True)
-        logger.info("doc encoder: the backbone's Linear layers quantized to int8 (dynamic)")
-    else:
-        logger.info("doc encoder: %d Linear layers of the backbone in bfloat16", _swap_linears(body))
+    body.to(torch.bfloat16)
+    body.register_forward_hook(_float_output)
+    logger.info("doc encoder: the backbone body in bfloat16")
     return converted
 
 
