@@ -24,6 +24,11 @@ SPARSE_HEADS = ("lm", "mlm", "tied")
 #: heads' next-token distributions at the last position, weighted by 1 - p_eos);
 #: "medusa_max" (the Medusa heads' logits max-pooled as LightRetriever, weighted alike)
 SPARSE_MODES = ("max", "medusa_last", "medusa_max")
+#: how the document encoder computes (ingest, ``lr bundle build``'s fit): "fp32" (the
+#: default: float32 vectors), "bf16" (the backbone's matmuls in bfloat16);
+#: ``lr_opensearch.model.precision``, measured in docs/RESULTS.md
+ENCODE_PRECISIONS = ("fp32", "bf16")
+DEFAULT_ENCODE_PRECISION = "fp32"
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field
 ES_SPARSE_TYPES = ("sparse_vector", "rank_features")  # Elasticsearch sparse field types

@@ -115,3 +115,37 @@ def test_fused_peak_memory_far_below_naive() -> None:
     logits_mib = 4 * 256 * 50_000 * 4 / 2**20
     assert naive > logits_mib  # the naive version really materialised the logits
     assert fused < naive / 4, (fused, naive)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 37, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inference_path_equals_the_autograd_forward(chunk: int | None, dtype: torch.dtype,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without gradients ``projection_max`` skips the argmax and the padding mask (the
+    exact speed-up of ingest): the same maxima as the autograd forward and the naive
+    [B, T, V] version, padding and empty rows included; the autograd Function is not run."""
+    from lr_opensearch.model.fused import FusedProjectionMax
+
+    h, mask, w, b = _inputs(dtype, batch=5, length=9, hidden=8, vocab=37)
+    mask[3] = 0  # a row without any real token: -inf everywhere, as before
+    with torch.no_grad():
+        h[1, 4:] = 1e6  # huge values at padding must still be ignored
+        h[2, :2] = -1e6
+    reference = projection_max(h, mask, w, b, chunk=chunk).detach()  # grad mode: the Function
+    naive = naive_projection_max(h, mask, w, b).detach()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the inference path must not run the autograd Function")
+
+    monkeypatch.setattr(FusedProjectionMax, "apply", refuse)
+    for bias in (b, None):
+        with torch.inference_mode():
+            fast = projection_max(h, mask, w, bias, chunk=chunk)
+        expected = reference if bias is not None else naive_projection_max(h, mask, w).detach()
+        assert fast.dtype == dtype and fast.shape == (5, 37)
+        assert torch.isinf(fast[3]).all() and (fast[3] < 0).all()
+        torch.testing.assert_close(fast, expected, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-12)
+    torch.testing.assert_close(reference, naive, rtol=0, atol=1e-5)
+    with torch.no_grad():  # no_grad as well as inference_mode
+        torch.testing.assert_close(projection_max(h, mask, w, b, chunk=chunk), reference,
+                                   rtol=0, atol=1e-5)

@@ -29,6 +29,7 @@ from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
 from lr_opensearch.bundle.fit import FitResult, fit_bundle_tables
 from lr_opensearch.bundle.pseudo import MAX_QUERIES
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def build_bundle(
     fit_queries: Sequence[str | Path] = (),
     fit_max_queries: int = MAX_QUERIES,
     fit_distill: DistillConfig | None = DEFAULT_DISTILL,
+    encode_precision: str = DEFAULT_ENCODE_PRECISION,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -93,6 +95,8 @@ def build_bundle(
         fit_queries: optional real training query files added to the pseudo-queries.
         fit_max_queries: cap on the fit's (pseudo-)queries.
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
+        encode_precision: how the fit's full-model vectors are computed
+            (``options.ENCODE_PRECISIONS``).
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
 
     Returns:
@@ -113,7 +117,7 @@ def build_bundle(
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
         batch_size=batch_size, overwrite=overwrite, progress=progress, fit_corpora=fit_corpora,
         fit_queries=fit_queries, fit_max_queries=fit_max_queries, fit_distill=fit_distill,
-        **config_fields)
+        encode_precision=encode_precision, **config_fields)
 
 
 def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
@@ -151,6 +155,7 @@ def build_bundle_from_model(
     fit_queries: Sequence[str | Path] = (),
     fit_max_queries: int = MAX_QUERIES,
     fit_distill: DistillConfig | None = DEFAULT_DISTILL,
+    encode_precision: str = DEFAULT_ENCODE_PRECISION,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -171,6 +176,8 @@ def build_bundle_from_model(
         fit_queries: optional real training query files added to the pseudo-queries.
         fit_max_queries: cap on the fit's (pseudo-)queries.
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
+        encode_precision: how the fit's full-model vectors (pseudo-queries, documents) are
+            computed (``options.ENCODE_PRECISIONS``; the saved weights never change).
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
@@ -190,7 +197,7 @@ def build_bundle_from_model(
     if fit_corpora:
         result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
                             queries=fit_queries, max_queries=fit_max_queries, progress=progress,
-                            distill=fit_distill)
+                            distill=fit_distill, precision=encode_precision)
         tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -212,17 +219,20 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
                instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
                queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
-               progress: bool = True, distill: DistillConfig | None = None) -> FitResult:
+               progress: bool = True, distill: DistillConfig | None = None,
+               precision: str = DEFAULT_ENCODE_PRECISION) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
-    candidate documents are encoded by the same ``encode_dense``, as ingest encodes them.
+    candidate documents are encoded by the same ``encode_dense``, as ingest encodes them;
+    both at ``precision`` (``options.ENCODE_PRECISIONS``).
     """
     from lr_opensearch.model import DocEncoder
 
     was_training = model.training
-    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64)
+    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
+                         precision=precision)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
                                  encoder.encode_dense, corpora,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch.cli.common import add_precision_arg
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import weights_of
 
@@ -79,6 +80,7 @@ def register(subparsers: Any) -> None:
     build.add_argument("--sparse-top-k", type=int, default=None, metavar="K",
                        help="sparse terms stored per document (default 128)")
     build.add_argument("--batch-size", type=int, default=256, help="table rows per forward pass")
+    add_precision_arg(build)
     build.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     fit = build.add_argument_group("table fit (see below)")
     fit.add_argument("--fit-corpus", type=Path, action="append", default=[], metavar="PATH",
@@ -151,7 +153,7 @@ def run_build(args: argparse.Namespace) -> int:
         **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
         overwrite=args.overwrite, fit_corpora=args.fit_corpus, fit_queries=args.fit_queries,
         fit_max_queries=args.fit_max_queries or MAX_QUERIES,
-        fit_distill=distill_setting(args.fit_distill),
+        fit_distill=distill_setting(args.fit_distill), encode_precision=args.encode_precision,
     )
     from lr_opensearch.bundle import load_bundle
 

@@ -55,6 +55,21 @@ def client_from_args(args: argparse.Namespace) -> Any:
     return connect(**kwargs)
 
 
+PRECISION_HELP = (
+    "how the document encoder computes: fp32 (default; on a CPU with AVX-512 BF16 or AMX its "
+    "sparse projection is screened in bfloat16 and the kept weights recomputed in float32: the "
+    "same vectors, faster), bf16 (the backbone's matmuls in bfloat16 too: faster still, the "
+    "vectors move slightly: docs/RESULTS.md)")
+
+
+def add_precision_arg(parser: Any) -> None:
+    """``--encode-precision`` (``options.ENCODE_PRECISIONS``) of ingest and ``lr bundle build``."""
+    from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, ENCODE_PRECISIONS
+
+    parser.add_argument("--encode-precision", choices=ENCODE_PRECISIONS,
+                        default=DEFAULT_ENCODE_PRECISION, help=PRECISION_HELP)
+
+
 BUNDLE_ENV = "LR_BUNDLE"  # the bundle of every command when --bundle is not given
 
 

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import ENGINE_CHOICES, choice
+from lr_opensearch.options import (
+    DEFAULT_ENCODE_PRECISION,
+    ENCODE_PRECISIONS,
+    ENGINE_CHOICES,
+    choice,
+)
 
 STDIN = "-"
 # what the engines accept as index.refresh_interval: -1, 0, or a number with a time unit
@@ -114,6 +119,7 @@ class IngestConfig:
     workers / worker_id: this process handles the records whose id hashes to ``worker_id``
         modulo ``workers``; ``worker_id=None`` with ``workers > 1`` runs the local launcher.
     device: torch device for the doc encoder (``None`` = the encoder's default).
+    encode_precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``).
     restart: ignore (and replace) an existing checkpoint.
     state_dir: where checkpoints live; dead_letter: JSONL of every record not indexed.
     progress: show a tqdm bar; summary_json: also write the summary there.
@@ -130,6 +136,7 @@ class IngestConfig:
     workers: int = 1
     worker_id: int | None = None
     device: str | None = None
+    encode_precision: str = DEFAULT_ENCODE_PRECISION
     restart: bool = False
     state_dir: Path = field(default_factory=default_state_dir)
     dead_letter: Path | None = None
@@ -143,6 +150,7 @@ class IngestConfig:
         for name in ("batch_size", "chunk_size", "sort_window", "queue_chunks", "workers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        choice("--encode-precision", self.encode_precision, ENCODE_PRECISIONS)
         if self.sort_window < self.batch_size:
             raise ConfigError(f"sort_window ({self.sort_window}) must be >= batch_size "
                               f"({self.batch_size})")

@@ -153,7 +153,8 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
                 from lr_opensearch.model import DocEncoder
 
                 encoder = DocEncoder.from_bundle(bundle, device=config.device,
-                                                 batch_size=config.batch_size)
+                                                 batch_size=config.batch_size,
+                                                 precision=config.encode_precision)
             _load(config, adapter, encoder, bundle, ck, state, dl, summary)
     finally:
         dl.close()

@@ -24,6 +24,12 @@ from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
 from lr_opensearch.model.medusa import MEDUSA_FILE, soft_top_k
+from lr_opensearch.model.precision import (
+    check_precision,
+    prepare,
+    sparse_exact_top,
+)
+from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -63,13 +69,17 @@ class DocEncoder:
         min_weight: sparse weights must be strictly above this (and above 0).
         batch_size: documents per forward pass.
         device: default GPU if available, else CPU.
+        precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``); bf16
+            encodes with a converted copy of ``model``.
     """
 
     def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,
                  served_dim: int | None = None, top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
-                 batch_size: int = 32, device: torch.device | str | None = None) -> None:
+                 batch_size: int = 32, device: torch.device | str | None = None,
+                 precision: str = DEFAULT_ENCODE_PRECISION) -> None:
         self.device = check_device(device) if device is not None else default_device()
-        self.model = model.to(self.device).eval()
+        self.precision = check_precision(precision, self.device)
+        self.model = prepare(model.to(self.device).eval(), self.precision)
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.served_dim = served_dim or model.hidden_size
@@ -79,11 +89,16 @@ class DocEncoder:
         self.excluded = torch.tensor(special_token_ids(tokenizer), dtype=torch.long)
         # the model's vocabulary may be padded beyond the tokenizer's: those ids have no token
         self.vocab_limit = int(tokenizer.get_vocab_size(with_added_tokens=True))
+        # the sparse projection screened in bfloat16 where that is fast; the kept weights
+        # stay float32's (fused.projection_max)
+        self._exact_top = sparse_exact_top(self.precision, self.device, top_k, len(self.excluded))
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, device: torch.device | str | None = None,
-                    batch_size: int = 32, dtype: torch.dtype = torch.float32) -> DocEncoder:
-        """Load the doc encoder of a bundle (``lr_opensearch.bundle.load_bundle``)."""
+                    batch_size: int = 32, dtype: torch.dtype = torch.float32,
+                    precision: str = DEFAULT_ENCODE_PRECISION) -> DocEncoder:
+        """Load the doc encoder of a bundle (``lr_opensearch.bundle.load_bundle``) to
+        encode at ``precision`` (``options.ENCODE_PRECISIONS``)."""
         cfg = bundle.config
         if cfg.sparse_mode != "max" and not (bundle.doc_encoder_dir / MEDUSA_FILE).is_file():
             raise IngestError(f"bundle {bundle.path}: sparse_mode {cfg.sparse_mode!r} needs "
@@ -97,7 +112,7 @@ class DocEncoder:
             soft_top_k_temperature=cfg.soft_top_k_temperature)
         return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
                    top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
-                   batch_size=batch_size, device=device)
+                   batch_size=batch_size, device=device, precision=precision)
 
     def encode(self, texts: Sequence[str]) -> DocBatch:
         """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
@@ -147,7 +162,8 @@ class DocEncoder:
             if not sparse:
                 vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
                 return self._serve(vecs), [{} for _ in rows]
-            out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device))
+            out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device),
+                                              exact_top=self._exact_top)
             return self._serve(out.dense), self.select_terms(out.sparse)
 
     def select_terms(self, sparse: torch.Tensor) -> list[dict[int, float]]:

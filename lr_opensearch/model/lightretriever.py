@@ -229,12 +229,17 @@ class LightRetrieverModel(nn.Module):
                    position_ids=position_ids, use_cache=False)
         return out.last_hidden_state
 
-    def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DocOutput:
+    def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                         exact_top: int | None = None) -> DocOutput:
         """THE document forward.
 
         Args:
             input_ids: [B, T] framed token ids (see ``framing.tokenize_texts``), any padding side.
             attention_mask: [B, T], 1 = real token.
+            exact_top: "max" mode without gradients: the vocabulary projection screened
+                in bfloat16, the ``exact_top`` largest sparse weights of a document
+                float32's, proved (``fused.projection_max``); ``DocEncoder`` sets it
+                where bfloat16 is fast.
         Returns:
             DocOutput(dense [B, H], sparse [B, V]); differentiable. The sparse vector is the
             ``sparse_mode``'s (Medusa modes add the self-distillation logits).
@@ -248,7 +253,7 @@ class LightRetrieverModel(nn.Module):
             return DocOutput(dense=dense, sparse=out.sparse, head_logits=out.head_logits,
                              base_logits=out.base_logits)
         maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask),
-                                weight, bias)
+                                weight, bias, exact_top=exact_top)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
 
     def content_mask(self, mask: torch.Tensor) -> torch.Tensor:
