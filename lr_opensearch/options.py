@@ -48,7 +48,11 @@ FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: 
 # bench/scale.py (docs/RESULTS.md, "Cost as the corpus grows").
 CLIENT_FUSION_MIN_DOCS = 50_000
 HYBRID_SKIPS_FROM = (3, 7)  # the first OpenSearch whose hybrid query lets sub-queries skip
-DEFAULT_CANDIDATES = 100  # hits each leg retrieves for fusion
+# hits each leg retrieves for fusion: 50, chosen by bench/scale.py and SciFact *train*
+# (nDCG@10 0.7139 against 0.7159 at 100 on the real index; at a million documents the
+# hybrid costs 1.7x BM25's p50 instead of 2.2-2.9x; docs/RESULTS.md)
+DEFAULT_CANDIDATES = 50
+DEFAULT_EVAL_DEPTH = 100  # hits per query `lr eval` retrieves (R@100), hybrid candidates alike
 DEFAULT_RERANK_DEPTH = 20  # hits a second stage rescores per query
 # The most hits one search may ask for: OpenSearch's and Elasticsearch's default
 # index.max_result_window (from + size) and the k-NN plugin's largest knn k

@@ -33,7 +33,7 @@ from lr_opensearch.cli.common import (
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation import compare_table, load_reports, parse_runs
 from lr_opensearch.evaluation.config import MODEL_RUNS, RERANKERS, default_runs
-from lr_opensearch.options import DEFAULT_CANDIDATES, DEFAULT_RERANK_DEPTH
+from lr_opensearch.options import DEFAULT_EVAL_DEPTH, DEFAULT_RERANK_DEPTH
 
 DEFAULT_OUT = Path("results") / "eval"
 
@@ -119,8 +119,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--instruction", default=None, metavar="NAME",
                    help="the bundle's instruction (table) for every dataset (default: the table "
                         "named after the dataset if the bundle has one, else its default)")
-    p.add_argument("--depth", type=int, default=DEFAULT_CANDIDATES,
-                   help=f"hits per query (default {DEFAULT_CANDIDATES})")
+    p.add_argument("--depth", type=int, default=DEFAULT_EVAL_DEPTH,
+                   help=f"hits per query (default {DEFAULT_EVAL_DEPTH})")
     p.add_argument("--reranker", choices=RERANKERS, default=RERANKERS[0],
                    help="the reranker of the bm25+rerank and lr-hybrid+rerank runs: full (the "
                    "bundle's full model, default) or ur2n (the --ur2n-bundle's true/false "

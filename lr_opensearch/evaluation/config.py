@@ -22,7 +22,7 @@ from typing import Any
 from lr_opensearch import legs
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs.builtin import FIXED_HYBRIDS
-from lr_opensearch.options import DEFAULT_CANDIDATES, DEFAULT_RERANK_DEPTH
+from lr_opensearch.options import DEFAULT_EVAL_DEPTH, DEFAULT_RERANK_DEPTH
 
 HYBRID_RUN = "lr-hybrid"
 LINEAR_RUN = "lr-hybrid-linear"
@@ -87,7 +87,7 @@ class EvalConfig:
     """
 
     runs: tuple[str, ...] = field(default_factory=default_runs)
-    depth: int = DEFAULT_CANDIDATES
+    depth: int = DEFAULT_EVAL_DEPTH
     batch_size: int = 32
     out_dir: Path | None = None
     sweep: bool = True
