@@ -24,6 +24,7 @@ from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.adapter import EngineResult, merge_shards
 from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import (
     ENCODED_INPUTS,
@@ -125,6 +126,11 @@ class Retriever:
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
+            layout = getattr(self.adapter, "sparse_layout", None)
+            if self.cluster is not None and layout == SPARSE_VECTOR:
+                raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} "
+                                  "(token ids), which the in-cluster query models do not "
+                                  "write; search it with encode='client'")
         if encoder is None:
             from lr_opensearch.query import QueryEncoder
 
@@ -403,7 +409,7 @@ class Retriever:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
         ctx = LegContext(k=max(req.options.candidates, req.depth), filter=req.filter,
-                         ef_search=req.options.ef_search)
+                         ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.cluster.requests import text_sub_queries
 
