@@ -290,6 +290,10 @@ class EngineAdapter:
                 results.append(self._unroute(result) if routes[i] else result)
         return results
 
+    def target(self, index: str, body: Mapping[str, Any]) -> str:
+        """The index that runs ``body`` for a search of ``index`` (``msearch``'s routing)."""
+        return self._route(body) or index
+
     def _route(self, body: Mapping[str, Any]) -> str | None:
         """Another index that must run ``body`` (None: the target asked for)."""
         return None

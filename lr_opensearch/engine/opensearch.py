@@ -10,7 +10,8 @@ Query DSL (DESIGN section 5):
   the score is the sparse dot product ``sum(count * doc_weight)``.
 * sparse on the ``sparse_vector`` layout (:mod:`lr_opensearch.engine.seismic`):
   ``{"neural_sparse": {"lr_sparse": {"query_tokens": {"<token id>": w}, "method_parameters":
-  {"k": K, "top_n": N, "heap_factor": H, "filter": F}}}}``.
+  {"k": K, "top_n": N, "heap_factor": H}}}}`` (in a ``bool`` with the filter), on the
+  companion index.
 * hybrid (server side): ``{"hybrid": {"queries": [dense, sparse]}}`` with the
   ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.engine.templates` inline in
   the body (``_msearch`` has no ``search_pipeline`` parameter).
@@ -51,6 +52,7 @@ from lr_opensearch.engine.seismic import (
     apply_layout,
     companion_body,
     companion_name,
+    is_seismic_query,
     layout_of,
     seismic_query,
     token_ids,
@@ -269,8 +271,8 @@ class OpenSearchAdapter(EngineAdapter):
 
     def _route(self, body: Mapping[str, Any]) -> str | None:
         """A SEISMIC sparse sub-query runs on the companion index."""
-        query = body.get("query", {}).get("neural_sparse", {}).get(self.sparse_field, {})
-        if self._sparse_home is not None and "query_tokens" in query:
+        if self._sparse_home is not None and is_seismic_query(body.get("query", {}),
+                                                               self.sparse_field):
             return self._sparse_home[1]
         return None
 

@@ -26,7 +26,9 @@ layout"):
 
 The sparse leg's sub-query on this layout is ``neural_sparse`` with ``query_tokens`` keyed
 by token id and ``method_parameters`` (``k``: the leg's candidates; ``top_n``,
-``heap_factor``; the filter inside, so ``k`` hits survive it), sent to the companion index;
+``heap_factor``; a filter in a ``bool`` around it: the pre-filter of ``method_parameters``
+fails on ``terms`` / ``ids`` in 3.6, so a selective filter keeps fewer than ``k`` hits),
+sent to the companion index;
 a hybrid search with it fuses client side (the ``hybrid`` query searches one index).
 """
 
@@ -236,7 +238,7 @@ class SeismicSearch:
 def seismic_query(field: str, weights: Mapping[str, float], ids: Mapping[str, str], *, k: int,
                   knobs: SeismicSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
     """``neural_sparse`` with ``query_tokens`` by token id (match_none if no positive
-    weight); ``k`` hits per segment; the filter inside ``method_parameters``."""
+    weight); ``k`` hits per segment, then the filter (a ``bool`` around it)."""
     tokens: dict[str, float] = {}
     for key, weight in weights.items():
         w = float(weight)
@@ -252,7 +254,17 @@ def seismic_query(field: str, weights: Mapping[str, float], ids: Mapping[str, st
                               "top_n": int(knobs.top_n if knobs.top_n is not None else len(tokens))}
     if knobs.heap_factor is not None:
         method["heap_factor"] = float(knobs.heap_factor)
-    if filter is not None:
-        method["filter"] = filter
-    return {"neural_sparse": {field: {"query_tokens": dict(sorted(tokens.items())),
-                                      "method_parameters": method}}}
+    query = {"neural_sparse": {field: {"query_tokens": dict(sorted(tokens.items())),
+                                       "method_parameters": method}}}
+    # not method_parameters.filter (a pre-filter): neural-search 3.6 builds it without
+    # rewriting, so the commonest filters (terms, ids) fail ("does not implement
+    # createWeight"); outside, the filter keeps those of the k hits that pass it
+    return {"bool": {"must": [query], "filter": [filter]}} if filter is not None else query
+
+
+def is_seismic_query(query: Mapping[str, Any], field: str) -> bool:
+    """Whether ``query`` is one :func:`seismic_query` built for ``field`` (its companion
+    index must run it)."""
+    must = query.get("bool", {}).get("must") or [query]
+    inner = must[0].get("neural_sparse", {}).get(field, {}) if len(must) == 1 else {}
+    return "query_tokens" in inner

@@ -288,6 +288,10 @@ class Retriever:
         sub = self._sub_queries(self.inputs(texts, req.legs, req.options.instruction), req,
                                 len(texts))
         search = f"/{self.index}/_search"
+
+        def at(query: Mapping[str, Any]) -> str:  # a leg the index sends elsewhere
+            return f"/{self.adapter.target(self.index, {'query': query})}/_search"
+
         c = req.config
         out = []
         for text, pair in zip(texts, sub, strict=True):
@@ -296,12 +300,12 @@ class Retriever:
                     pair, c, size=req.depth, depth=req.size, source=req.source,
                     timeout=req.timeout)}]
             elif req.path == "single":
-                requests = [{"method": "GET", "path": search, "body": self.adapter.body(
+                requests = [{"method": "GET", "path": at(pair[0]), "body": self.adapter.body(
                     pair[0], size=req.depth, source=req.source, timeout=req.timeout)}]
             else:
                 requests = [
                     {"leg": leg, "method": "GET",
-                     "path": search + ("" if shard is None else f"?preference=_shards:{shard}"),
+                     "path": at(q) + ("" if shard is None else f"?preference=_shards:{shard}"),
                      "body": self.adapter.body(q, size=req.size, source=False,
                                                timeout=req.timeout)}
                     for leg, q in zip(req.legs, pair, strict=True)
