@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 RANK_FEATURES, SPARSE_VECTOR = SPARSE_LAYOUTS
 LAYOUT_META = "sparse_layout"  # the _meta.lightretriever key that records the layout
 SEISMIC_TOKEN_LIMIT = 32_768  # token ids from here on collide in the engine (16-bit fold)
+SPARSE_INDEX_SETTING = "index.sparse"  # neural-search's switch for sparse_vector fields
 COMPANION_SUFFIX = "-lr-sparse"  # the index that holds a sparse_vector layout's field
 # Document weights of LightRetriever sparse vectors (log(1 + relu(logit)) of a masked-LM
 # head) stay below this on the models measured (docs/RESULTS.md); the engine's 3.0 clips them
@@ -193,9 +194,9 @@ def companion_body(body: Mapping[str, Any], *, field: str, dense_field: str,
                   if name != dense_field}
     properties[field] = {"type": SPARSE_VECTOR,
                          "method": {"name": "seismic", "parameters": meta["seismic"]}}
-    return {"settings": {"index": {"sparse": True,
-                                   "number_of_shards": settings["number_of_shards"],
-                                   "number_of_replicas": settings["number_of_replicas"]}},
+    return {"settings": {SPARSE_INDEX_SETTING: True,
+                         "index.number_of_shards": settings["number_of_shards"],
+                         "index.number_of_replicas": settings["number_of_replicas"]},
             "mappings": {"dynamic": "strict", "_meta": {meta_key: meta},
                          "properties": properties}}
 
