@@ -215,6 +215,21 @@ def token_ids(bundle: Bundle) -> dict[str, str]:
     return {key: str(i) for i, key in enumerate(keys)}
 
 
+def id_keyed(weights: Mapping[str, float], ids: Mapping[str, str]) -> dict[str, float]:
+    """A ``{lrk1 key: weight}`` sparse vector keyed by token id (``ids``:
+    :func:`token_ids`), its positive weights only (a query's, or a stored document's)."""
+    out: dict[str, float] = {}
+    for key, weight in weights.items():
+        w = float(weight)
+        if w > 0.0:
+            try:
+                out[ids[key]] = w
+            except KeyError:
+                raise ConfigError(f"sparse key {key!r} is no token of the bundle's "
+                                  "vocabulary") from None
+    return out
+
+
 @dataclass(frozen=True)
 class SeismicSearch:
     """The SEISMIC search knobs of the sparse sub-query (``method_parameters``).
@@ -240,15 +255,7 @@ def seismic_query(field: str, weights: Mapping[str, float], ids: Mapping[str, st
                   knobs: SeismicSearch, filter: dict[str, Any] | None) -> dict[str, Any]:
     """``neural_sparse`` with ``query_tokens`` by token id (match_none if no positive
     weight); ``k`` hits per segment, then the filter (a ``bool`` around it)."""
-    tokens: dict[str, float] = {}
-    for key, weight in weights.items():
-        w = float(weight)
-        if w > 0.0:
-            try:
-                tokens[ids[key]] = w
-            except KeyError:
-                raise ConfigError(f"sparse query key {key!r} is no token of the bundle's "
-                                  "vocabulary") from None
+    tokens = id_keyed(weights, ids)
     if not tokens:
         return {"match_none": {}}
     method: dict[str, Any] = {"k": int(k),
