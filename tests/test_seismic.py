@@ -75,7 +75,7 @@ def test_ingest_writes_token_ids_into_the_companion(adi: Any, os_client: Any) ->
     companion = companion_name(index)
     meta = os_client.indices.get_mapping(index=index)[index]["mappings"]["_meta"]
     assert meta["lightretriever"]["sparse_layout"] == "sparse_vector"
-    assert meta["lightretriever"]["seismic"]["quantization_ceiling_ingest"] == 5.0
+    assert meta["lightretriever"]["seismic"] == {"quantization_ceiling_search": 16.0}
     mapping = os_client.indices.get_mapping(index=companion)[companion]["mappings"]
     assert mapping["properties"]["lr_sparse"]["type"] == "sparse_vector"
     assert "lr_dense" not in mapping["properties"]
