@@ -94,7 +94,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"bundle     {meta.get('bundle_id', '-  (not a LightRetriever index)')}")
     dense, sparse = (info[kind] or {} for kind in VECTOR_FIELDS)
     print(f"dense      {_dense_line(dense)}")
-    print(f"sparse     {sparse.get('type', '?')}, key encoding {meta.get('key_encoding', '?')}")
+    layout = meta.get("sparse_layout")  # sparse_vector: the field is in the companion index
+    seismic = f", SEISMIC {meta['seismic']}" if "seismic" in meta else ""
+    print(f"sparse     {layout or sparse.get('type', '?')}, key encoding "
+          f"{meta.get('key_encoding', '?')}{seismic}")
     print(f"written by lr-opensearch {meta.get('library_version', '?')}")
     return 0
 
