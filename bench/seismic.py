@@ -50,17 +50,27 @@ def copy_documents(source: Any, index: str, adapter: Any, target: str, bundle: A
     adapter.create_index(target, bundle, **opts)
     ids = token_ids(bundle)
     t0 = time.perf_counter()
-    actions = []
+    actions: list[dict[str, Any]] = []
+    docs = 0
+
+    def flush() -> None:
+        failed = [item for ok, item in adapter.bulk(actions, max_chunk_bytes=50 << 20) if not ok]
+        if failed:
+            raise SystemExit(f"bulk into {target} failed: {failed[:2]}")
+        actions.clear()
+
+    adapter.put_index_settings(target, {"refresh_interval": "-1"})
     for hit in helpers.scan(source, index=index, query={"query": {"match_all": {}}}, size=500):
         doc = dict(hit["_source"])
         if layout == SPARSE_VECTOR:
             doc[adapter.sparse_field] = id_keyed(doc[adapter.sparse_field], ids)
         actions.append({"_index": target, "_id": hit["_id"], "_source": doc})
-    for start in range(0, len(actions), 500):
-        results = adapter.bulk(actions[start:start + 500], max_chunk_bytes=50 << 20)
-        failed = [item for ok, item in results if not ok]
-        if failed:
-            raise SystemExit(f"bulk into {target} failed: {failed[:2]}")
+        docs += 1
+        if len(actions) == 500:
+            flush()
+    if actions:
+        flush()
+    adapter.put_index_settings(target, {"refresh_interval": None})
     adapter.refresh(target)
     adapter.client.indices.forcemerge(index=target, max_num_segments=1, request_timeout=3600)
     written = time.perf_counter() - t0
@@ -70,7 +80,7 @@ def copy_documents(source: Any, index: str, adapter: Any, target: str, bundle: A
 
         adapter.client.indices.forcemerge(index=companion_name(target), max_num_segments=1,
                                           request_timeout=3600)
-    return {"docs": len(actions), "write_s": written,
+    return {"docs": docs, "write_s": written,
             "companion_s": time.perf_counter() - t0 - written}
 
 
@@ -108,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=300, help="queries timed per round")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--reuse", action="store_true", help="keep copies made by an earlier run")
+    p.add_argument("--no-quality", action="store_true",
+                   help="latency only (a corpus the queries are not judged on)")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "seismic.json")
     args = p.parse_args(argv)
 
@@ -133,14 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         quality[name] = ndcg_at_10(retriever, dataset, qids, texts, 32, **search)
         print(f"{name}: nDCG@10 {quality[name]['ndcg@10']:.4f}", flush=True)
 
-    measure("rank_features sparse", plain, mode="sparse")
-    measure("rank_features hybrid server", plain, fusion="server")
-    measure("rank_features hybrid client", plain, fusion="client")
     top_ns = [int(x) for x in args.top_n.split(",")]
-    for n in top_ns:
-        knobs = {"seismic_top_n": n or None}
-        measure(f"sparse_vector sparse top_n={n or 'all'}", seismic, mode="sparse", **knobs)
-        measure(f"sparse_vector hybrid client top_n={n or 'all'}", seismic, **knobs)
+    if not args.no_quality:
+        measure("rank_features sparse", plain, mode="sparse")
+        measure("rank_features hybrid server", plain, fusion="server")
+        measure("rank_features hybrid client", plain, fusion="client")
+        for n in top_ns:
+            knobs = {"seismic_top_n": n or None}
+            measure(f"sparse_vector sparse top_n={n or 'all'}", seismic, mode="sparse", **knobs)
+            measure(f"sparse_vector hybrid client top_n={n or 'all'}", seismic, **knobs)
     timed = texts[: args.queries]
     leg = {"rank_features": plain}
     leg.update({f"sparse_vector top_n={n or 'all'}": Retriever(
@@ -150,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     hybrid_ms = latencies({"rank_features server": plain, "rank_features client": Retriever(
         bundle, client, names["rank_features"], candidates=CANDIDATES, fusion="client"),
         "sparse_vector client": seismic}, timed, args.rounds, k=10)
-    report = {"dataset": dataset.name, "split": args.split, "queries": len(qids),
+    report = {"source_index": args.source_index, "dataset": dataset.name,
+              "split": args.split, "queries": len(qids),
               "threshold": args.threshold, "candidates": CANDIDATES, "build": build,
               "quality": quality, "sparse_leg_ms": sparse_ms, "hybrid_ms": hybrid_ms}
     print(json.dumps({"sparse_leg_ms": sparse_ms, "hybrid_ms": hybrid_ms}, indent=1))
