@@ -202,6 +202,10 @@ def test_cli_create_info_delete(tmp_path: Path, opensearch_url: str, os_client: 
     params = os_client.indices.get_mapping(index=companion)[companion]["mappings"][
         "properties"]["lr_sparse"]["method"]["parameters"]
     assert params == seismic
+    listed = {r["index"]: r for r in json.loads(_lr("index", "list", "--json", *conn).stdout)}
+    assert listed[companion]["format"] == "lightretriever-sparse-companion"
+    with pytest.raises(ConfigError, match="holds the sparse field .* search that index"):
+        Retriever(load_bundle(path), os_client, companion)
     gone = _lr("index", "delete", index, "--yes", index, *conn)
     assert gone.returncode == 0, gone.stderr
     assert not os_client.indices.exists(index=index)

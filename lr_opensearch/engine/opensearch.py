@@ -44,6 +44,8 @@ from lr_opensearch.engine.adapter import (
     vector_list,
 )
 from lr_opensearch.engine.seismic import (
+    COMPANION_FORMAT,
+    COMPANION_SUFFIX,
     LAYOUT_META,
     RANK_FEATURES,
     SPARSE_VECTOR,
@@ -253,8 +255,14 @@ class OpenSearchAdapter(EngineAdapter):
         ``sparse_vector`` layout searches its companion index by token id (one index)."""
         mappings = self.index_mappings(index)  # one read for both checks
         meta = self._check_mappings(index, mappings, bundle)
-        layouts = {name: layout_of(mapping.get("_meta", {}).get(META_KEY, {}))
-                   for name, mapping in mappings.items()}
+        metas = {name: mapping.get("_meta", {}).get(META_KEY, {})
+                 for name, mapping in mappings.items()}
+        companions = sorted(name for name, m in metas.items() if m.get("format") == COMPANION_FORMAT)
+        if companions:
+            raise ConfigError(f"{companions[0]!r} holds the sparse field of a {SPARSE_VECTOR} "
+                              "layout index; search that index (the name without "
+                              f"{COMPANION_SUFFIX!r})")
+        layouts = {name: layout_of(meta) for name, meta in metas.items()}
         if len(set(layouts.values())) > 1:
             raise ConfigError(f"the indices behind {index!r} lay out {self.sparse_field} "
                               f"differently {layouts}; search them one at a time")

@@ -54,6 +54,7 @@ LAYOUT_META = "sparse_layout"  # the _meta.lightretriever key that records the l
 SEISMIC_TOKEN_LIMIT = 32_768  # token ids from here on collide in the engine (16-bit fold)
 SPARSE_INDEX_SETTING = "index.sparse"  # neural-search's switch for sparse_vector fields
 COMPANION_SUFFIX = "-lr-sparse"  # the index that holds a sparse_vector layout's field
+COMPANION_FORMAT = "lightretriever-sparse-companion"  # its _meta format (`lr index list`)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def companion_body(body: Mapping[str, Any], *, field: str, dense_field: str,
     shards, ``_meta`` and fields but the dense one (filters search the same fields), and
     ``field`` as a SEISMIC ``sparse_vector``."""
     settings = body["settings"]["index"]
-    meta = dict(body["mappings"]["_meta"][meta_key])
+    meta = {**body["mappings"]["_meta"][meta_key], "format": COMPANION_FORMAT}
     properties = {name: spec for name, spec in body["mappings"]["properties"].items()
                   if name != dense_field}
     properties[field] = {"type": SPARSE_VECTOR,
