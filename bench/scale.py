@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                   "bundle": str(args.bundle), "source": args.source_index})
     for n in [int(x) for x in args.docs.split(",")]:
         name = index_name(args.index_of or args.tag, n)
-        built = entry["sizes"].get(str(n), {}).get("build")
+        owner = report.get(args.index_of, entry) if args.index_of else entry
+        built = owner["sizes"].get(str(n), {}).get("build")
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
             built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
         settings = dict(kv.split("=", 1) for kv in args.setting)
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             adapter.put_index_settings(name, settings)
         stats = index_stats(client, name)
         print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
-              f"build {built and built['build_s']:.0f} s", flush=True)
+              f"build {built['build_s']:.0f} s" if built else "built earlier", flush=True)
         retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
         retriever.search_batch(texts[:32], 10)  # warm
         one = one_client(retriever, texts, shapes, search)
@@ -361,7 +362,7 @@ def plot(report: dict[str, Any], path: Path, c: int) -> None:
         docs = [s["docs"] for s in sizes]
         for mode in [m for m in sizes[0]["modes"] if m != "hybrid"]:  # = one of the two
             style = "k:" if mode == "bm25" else ("o-" if mode.startswith("hybrid") else "s--")
-            label = mode if mode == "bm25" else f"{mode} (C={c})"
+            label = "BM25 alone, size 10" if mode == "bm25" else f"{mode} (C={c})"
             ax.plot(docs, [s["modes"][mode]["p50_ms"] for s in sizes], style,
                     label=label if len(report) == 1 else f"{tag}: {label}")
     ax.set_xscale("log")

@@ -24,9 +24,11 @@ from typing import Any
 from ingest.launcher import launch
 from lr_opensearch.cli.common import (
     add_connection_args,
+    add_layout_args,
     add_precision_arg,
     configure_logging,
     connection_kwargs,
+    layout_opts,
     quiet_transport,
 )
 from lr_opensearch.errors import ConfigError, LRError
@@ -62,6 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "env LR_INDEX, else a name made from the corpus file name)")
     g = p.add_argument_group("connection (defaults: LR_OPENSEARCH_URL / _USER / _PASSWORD / _CA_CERTS)")
     add_connection_args(g, timeout=True)
+    g = p.add_argument_group("index layout (when the run creates the index)")
+    add_layout_args(g, default=None)
     g = p.add_argument_group("throughput")
     g.add_argument("--batch-size", type=int, default=32, help="documents per encoder forward")
     g.add_argument("--chunk-size", type=int, default=256,
@@ -126,7 +130,8 @@ def config_from_args(args: argparse.Namespace) -> IngestConfig:
                                    replicas=args.replicas),
         retry=RetryPolicy(max_attempts=args.max_attempts, initial_backoff=args.initial_backoff,
                           max_backoff=args.max_backoff),
-        progress=not (args.quiet or args.no_progress), summary_json=args.summary_json, **extra)
+        progress=not (args.quiet or args.no_progress), summary_json=args.summary_json,
+        **layout_opts(args), **extra)
 
 
 def write_summary(summary: IngestSummary, config: IngestConfig, *, quiet: bool) -> None:

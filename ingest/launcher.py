@@ -116,7 +116,7 @@ def launch(config: IngestConfig) -> IngestSummary:
         # the workers are told what the cluster is, so none of them has to ask again
         config = dataclasses.replace(config, connection=dataclasses.replace(
             config.connection, engine=adapter.engine))
-        ensure_index(adapter, config.index, bundle)
+        ensure_index(adapter, config.index, bundle, **config.create_opts)
         ck = _launcher_checkpoint(config, bundle.bundle_id, checkpoint_file)
         with ck.exclusive():
             return _launch_locked(config, adapter, bundle, ck, started)

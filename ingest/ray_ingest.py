@@ -99,7 +99,8 @@ class EncodeAndWrite:
     """The stateful batch transform: one model load and one cluster client per actor."""
 
     def __init__(self, bundle: str, index: str, connection: dict[str, Any], device: str,
-                 dtype: str, batch_size: int, retry: dict[str, Any], corpus: str) -> None:
+                 dtype: str, batch_size: int, retry: dict[str, Any], corpus: str,
+                 layout: str = "rank_features") -> None:
         import torch
 
         from lr_opensearch.bundle import load_bundle
@@ -112,7 +113,7 @@ class EncodeAndWrite:
         self.bundle = load_bundle(bundle)
         self.encoder = DocEncoder.from_bundle(self.bundle, device=device, batch_size=batch_size,
                                               dtype=torch_dtype)
-        self.keys = SparseKeys(self.bundle.tokenizer)
+        self.keys = SparseKeys(self.bundle.tokenizer, layout)  # the index's sparse layout
         self.adapter = make_adapter(connect(**connection))
         self.index, self.batch_size, self.corpus = index, batch_size, corpus
         self.retry = RetryPolicy(**retry)
@@ -249,13 +250,14 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
     from lr_opensearch.cli.common import connection_kwargs
     from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.client import connect
-    from lr_opensearch.indexing.index_setup import ensure_index
+    from lr_opensearch.indexing.index_setup import ensure_index, index_layout
 
     started = time.perf_counter()
     bundle = load_bundle(args.bundle)
     connection = connection_kwargs(args)
     adapter = make_adapter(connect(**connection))
     ensure_index(adapter, args.index, bundle)
+    layout = index_layout(adapter, args.index)
     connection["engine"] = adapter.engine  # the workers need not ask again
     dead_path = Path(args.dead_letter or f"{args.index}-ray.dead-letter.jsonl")
     summary = RaySummary(index=args.index, corpus=args.corpus, dead_letter=str(dead_path))
@@ -279,7 +281,7 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
             fn_constructor_kwargs={"bundle": str(bundle.path), "index": args.index,
                                    "connection": connection, "device": args.device,
                                    "dtype": args.dtype, "batch_size": args.batch_size,
-                                   "retry": retry, "corpus": args.corpus},
+                                   "retry": retry, "corpus": args.corpus, "layout": layout},
             max_restarts=args.max_restarts, max_task_retries=args.max_task_retries, **kwargs)
         per_worker: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         final: dict[int, dict[str, Any]] = {}

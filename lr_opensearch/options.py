@@ -1,7 +1,7 @@
 """The option lists and checks that several parts share, defined once.
 
 Model: ``KINDS``, ``POOLINGS``, ``SPARSE_HEADS`` (bundle manifest, model classes, heads).
-Index: ``KNN_ENGINES`` (OpenSearch), ``ES_SPARSE_TYPES`` (Elasticsearch).
+Index: ``KNN_ENGINES``, ``SPARSE_LAYOUTS`` (OpenSearch), ``ES_SPARSE_TYPES`` (Elasticsearch).
 Fusion: ``SEMANTICS``, ``NORMALIZATIONS``, ``COMBINATIONS`` (the legs and their weights are
 :mod:`lr_opensearch.legs`). Search: ``FUSION_PATHS``, ``DEFAULT_CANDIDATES``,
 ``DEFAULT_RERANK_DEPTH``, ``MAX_RESULT_WINDOW``. :func:`choice` is the one "value must be one of these" check; its
@@ -32,6 +32,9 @@ DEFAULT_ENCODE_PRECISION = "fp32"
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field
 ES_SPARSE_TYPES = ("sparse_vector", "rank_features")  # Elasticsearch sparse field types
+#: the LR sparse field's layout on OpenSearch: rank_features (default), or the neural-search
+#: sparse_vector field searched by SEISMIC (lr_opensearch.engine.seismic)
+SPARSE_LAYOUTS = ("rank_features", "sparse_vector")
 SEARCH_ENGINES = ("opensearch", "elasticsearch")  # what a cluster URL may point at
 ENGINE_CHOICES = ("auto", *SEARCH_ENGINES)  # --engine: auto = ask the cluster
 

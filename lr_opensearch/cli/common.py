@@ -123,3 +123,31 @@ def configure_logging(verbose: bool = False, quiet: bool = False) -> None:
     if not verbose:  # one line per HTTP request (and a stack trace per failed attempt)
         for noisy in TRANSPORT_LOGGERS:  # drown what the commands say; -v shows them
             logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def add_layout_args(parser: Any, *, default: str | None) -> None:
+    """``--sparse-layout`` and ``--seismic`` (the sparse field's layout when an index is
+    created; :mod:`lr_opensearch.engine.seismic`)."""
+    from lr_opensearch.options import SPARSE_LAYOUTS
+
+    parser.add_argument("--sparse-layout", default=default, choices=SPARSE_LAYOUTS,
+                        help="OpenSearch layout of the sparse field: rank_features (default) or "
+                        "sparse_vector (neural-search 3.3+, SEISMIC approximate search; bundles "
+                        "whose token ids stay below 32,768)")
+    parser.add_argument("--seismic", default=None, metavar="NAME=VALUE,...",
+                        help="SEISMIC parameters of a sparse_vector field: n_postings, "
+                        "cluster_ratio, summary_prune_ratio, approximate_threshold (documents a "
+                        "segment needs before SEISMIC searches it, engine default 1000000), "
+                        "quantization_ceiling_ingest, quantization_ceiling_search")
+
+
+def layout_opts(args: argparse.Namespace) -> dict[str, Any]:
+    """The index-creation options of :func:`add_layout_args` (only those given)."""
+    from lr_opensearch.engine.seismic import SeismicIndexParams
+
+    opts: dict[str, Any] = {}
+    if args.sparse_layout is not None:
+        opts["sparse_layout"] = args.sparse_layout
+    if args.seismic is not None:
+        opts["seismic"] = SeismicIndexParams.parse(args.seismic)
+    return opts

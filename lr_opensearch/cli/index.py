@@ -6,7 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from lr_opensearch.cli.common import add_connection_args, client_from_args
+from lr_opensearch.cli.common import (
+    add_connection_args,
+    add_layout_args,
+    client_from_args,
+    layout_opts,
+)
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
 from lr_opensearch.engine.client import ENGINE_NAMES
 from lr_opensearch.errors import EngineError
@@ -27,10 +32,10 @@ def _cmd_create(args: argparse.Namespace) -> int:
             raise EngineError(f"the cluster (OpenSearch {caps.version}) has no k-NN plugin on "
                               f"every node (plugins: {', '.join(caps.plugins) or 'none'}); lr "
                               "indices need it for the dense field")
-        opts: dict[str, Any] = {"knn_engine": args.knn_engine}
-        what = f"k-NN engine {args.knn_engine}"
+        opts: dict[str, Any] = {"knn_engine": args.knn_engine, **layout_opts(args)}
+        what = f"k-NN engine {args.knn_engine}, sparse {args.sparse_layout}"
     else:
-        opts = {"sparse_type": args.sparse_type}
+        opts = {"sparse_type": args.sparse_type, **layout_opts(args)}
         what = f"dense_vector + {args.sparse_type}"
     if adapter.index_exists(args.index):
         if not args.exist_ok:
@@ -89,7 +94,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"bundle     {meta.get('bundle_id', '-  (not a LightRetriever index)')}")
     dense, sparse = (info[kind] or {} for kind in VECTOR_FIELDS)
     print(f"dense      {_dense_line(dense)}")
-    print(f"sparse     {sparse.get('type', '?')}, key encoding {meta.get('key_encoding', '?')}")
+    layout = meta.get("sparse_layout")  # sparse_vector: the field is in the companion index
+    seismic = f", SEISMIC {meta['seismic']}" if "seismic" in meta else ""
+    print(f"sparse     {layout or sparse.get('type', '?')}, key encoding "
+          f"{meta.get('key_encoding', '?')}{seismic}")
     print(f"written by lr-opensearch {meta.get('library_version', '?')}")
     return 0
 
@@ -160,6 +168,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sparse-type", default="sparse_vector", choices=ES_SPARSE_TYPES,
                    help="Elasticsearch sparse field type (default sparse_vector; rank_features "
                    "needs the mapper-extras module)")
+    add_layout_args(p, default="rank_features")
     p.add_argument("--m", type=int, default=16, help="HNSW m (default %(default)s)")
     p.add_argument("--ef-construction", type=int, default=128,
                    help="HNSW ef_construction (default %(default)s)")

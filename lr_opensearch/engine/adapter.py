@@ -174,7 +174,10 @@ class EngineAdapter:
                     ef_search: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
-    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None) -> dict[str, Any]:
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
+                     k: int | None = None, seismic: Any = None) -> dict[str, Any]:
+        """The sparse dot product of ``sparse`` ({key: weight}); ``k`` (hits) and ``seismic``
+        (:class:`~lr_opensearch.engine.seismic.SeismicSearch`) serve an approximate layout."""
         raise NotImplementedError
 
     def server_fusion_blocker(self, config: FusionConfig) -> str | None:
@@ -275,8 +278,9 @@ class EngineAdapter:
         for start in range(0, len(bodies), MSEARCH_CHUNK):
             chunk = bodies[start : start + MSEARCH_CHUNK]
             lines: list[Any] = []
+            routes = [self._route(body) for body in chunk]
             for k, body in enumerate(chunk):
-                header: dict[str, Any] = {"index": index}
+                header: dict[str, Any] = {"index": routes[k] or index}
                 pref = preferences[start + k] if preferences is not None else None
                 if pref is not None:
                     header["preference"] = pref
@@ -287,8 +291,21 @@ class EngineAdapter:
                 raise EngineError(f"_msearch on {self.engine} index {index!r} failed: "
                                   f"{exc}") from exc
             for i, item in enumerate(resp["responses"]):
-                results.append(parse_response(item, f"{what} #{start + i} on {index!r}"))
+                result = parse_response(item, f"{what} #{start + i} on {routes[i] or index!r}")
+                results.append(self._unroute(result) if routes[i] else result)
         return results
+
+    def target(self, index: str, body: Mapping[str, Any]) -> str:
+        """The index that runs ``body`` for a search of ``index`` (``msearch``'s routing)."""
+        return self._route(body) or index
+
+    def _route(self, body: Mapping[str, Any]) -> str | None:
+        """Another index that must run ``body`` (None: the target asked for)."""
+        return None
+
+    def _unroute(self, result: EngineResult) -> EngineResult:
+        """A routed body's result as if the target had answered it."""
+        return result
 
     def _send_msearch(self, lines: list[Any]) -> Any:
         raise NotImplementedError

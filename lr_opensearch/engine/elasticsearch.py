@@ -42,6 +42,7 @@ from lr_opensearch.engine.adapter import (
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.engine.seismic import RANK_FEATURES, check_layout
 from lr_opensearch.engine.templates import render_es_index_body
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import FusionConfig
@@ -177,8 +178,10 @@ class ElasticsearchAdapter(EngineAdapter):
             knn["filter"] = clauses
         return {"knn": knn}
 
-    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None) -> dict[str, Any]:
-        """``term`` clauses on a ``sparse_vector`` field (or ``rank_feature`` clauses)."""
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
+                     k: int | None = None, seismic: Any = None) -> dict[str, Any]:
+        """``term`` clauses on a ``sparse_vector`` field (or ``rank_feature`` clauses); an
+        exact dot product (``k`` and the SEISMIC knobs are OpenSearch's: unused)."""
         if self.sparse_type == "rank_features":
             should = rank_feature_clauses(sparse, self.sparse_field)
         else:
@@ -247,9 +250,10 @@ class ElasticsearchAdapter(EngineAdapter):
     # ---- index administration ------------------------------------------------------
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
                    shards: int = 1, replicas: int = 0, sparse_type: str = "sparse_vector",
-                   **engine_opts: Any) -> dict[str, Any]:
+                   sparse_layout: str = RANK_FEATURES, **engine_opts: Any) -> dict[str, Any]:
         """:func:`es_index_body` for ``bundle`` (``sparse_type``: sparse_vector or
-        rank_features)."""
+        rank_features; ``sparse_layout``: OpenSearch's, refused here unless the default)."""
+        check_layout(sparse_layout, bundle, self.engine)
         if engine_opts:
             raise ConfigError(f"unknown Elasticsearch index option(s) {sorted(engine_opts)}")
         cfg = bundle.config

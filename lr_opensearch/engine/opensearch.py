@@ -8,6 +8,10 @@ Query DSL (DESIGN section 5):
 * sparse: ``{"bool": {"should": [{"rank_feature": {"field": "lr_sparse.<key>",
   "boost": count, "linear": {}}}, ...], "minimum_should_match": 1, "filter": F}}`` -
   the score is the sparse dot product ``sum(count * doc_weight)``.
+* sparse on the ``sparse_vector`` layout (:mod:`lr_opensearch.engine.seismic`):
+  ``{"neural_sparse": {"lr_sparse": {"query_tokens": {"<token id>": w}, "method_parameters":
+  {"k": K, "top_n": N, "heap_factor": H}}}}`` (in a ``bool`` with the filter), on the
+  companion index.
 * hybrid (server side): ``{"hybrid": {"queries": [dense, sparse]}}`` with the
   ``normalization-processor`` pipeline rendered by :mod:`lr_opensearch.engine.templates` inline in
   the body (``_msearch`` has no ``search_pipeline`` parameter).
@@ -18,25 +22,46 @@ methods for Elasticsearch.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
+from lr_opensearch import legs
 from lr_opensearch.engine.adapter import (
     DENSE_FIELD,
     SPARSE_FIELD,
     EngineAdapter,
+    EngineResult,
     Filter,
     filter_clauses,
     one_filter,
     rank_feature_clauses,
     vector_list,
 )
-from lr_opensearch.errors import ConfigError
-from lr_opensearch.legs import FusionConfig
+from lr_opensearch.engine.seismic import (
+    COMPANION_FORMAT,
+    COMPANION_SUFFIX,
+    LAYOUT_META,
+    RANK_FEATURES,
+    SPARSE_VECTOR,
+    SeismicIndexParams,
+    SeismicSearch,
+    apply_layout,
+    companion_body,
+    companion_name,
+    is_seismic_query,
+    layout_of,
+    seismic_query,
+    token_ids,
+)
+from lr_opensearch.engine.templates import META_KEY
+from lr_opensearch.errors import ConfigError, EngineError
+from lr_opensearch.legs import TOKEN_WEIGHTS, FusionConfig
 from lr_opensearch.options import CLIENT_FUSION_MIN_DOCS, HYBRID_SKIPS_FROM
 
 if TYPE_CHECKING:
@@ -69,6 +94,9 @@ class OpenSearchAdapter(EngineAdapter):
         super().__init__(client, dense_field=dense_field, sparse_field=sparse_field)
         self._capabilities: Any = None
         self._pipelines: dict[str, dict[str, Any]] = {}
+        self.sparse_layout = RANK_FEATURES  # the index's, read by check_bundle
+        self._token_ids: dict[str, str] = {}  # key -> token id, for the sparse_vector layout
+        self._sparse_home: tuple[str, str] | None = None  # (index, its companion)
 
     # ---- query clauses -------------------------------------------------------------
     def dense_query(
@@ -83,8 +111,15 @@ class OpenSearchAdapter(EngineAdapter):
             knn["method_parameters"] = {"ef_search": int(ef_search)}
         return {"knn": {self.dense_field: knn}}
 
-    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None) -> dict[str, Any]:
-        """``bool.should`` of linear ``rank_feature`` clauses (match_none if no key)."""
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
+                     k: int | None = None, seismic: SeismicSearch | None = None) -> dict[str, Any]:
+        """``bool.should`` of linear ``rank_feature`` clauses (match_none if no key); on the
+        ``sparse_vector`` layout ``neural_sparse`` by token id, ``k`` hits (default 10),
+        with the ``seismic`` knobs."""
+        if self.sparse_layout == SPARSE_VECTOR:
+            return seismic_query(self.sparse_field, sparse, self._token_ids, k=k or 10,
+                                 knobs=seismic or SeismicSearch(),
+                                 filter=one_filter(filter_clauses(filter)))
         should = rank_feature_clauses(sparse, self.sparse_field)
         clauses = filter_clauses(filter)
         if not should:
@@ -140,6 +175,10 @@ class OpenSearchAdapter(EngineAdapter):
         query needs neural-search and follows the ``opensearch`` semantics only."""
         if config.semantics != "opensearch":
             return f"semantics {config.semantics!r} exists only client side"
+        if self._sparse_home is not None and any(
+                legs.get(name).input == TOKEN_WEIGHTS for name in config.legs):
+            return (f"the {SPARSE_VECTOR} layout keeps the sparse field in the companion index "
+                    f"{self._sparse_home[1]!r}, and the hybrid query searches one index")
         if not self.server_hybrid_available():
             return "the OpenSearch cluster has no neural-search plugin (hybrid query)"
         return None
@@ -195,25 +234,113 @@ class OpenSearchAdapter(EngineAdapter):
         return self.client.mget(index=index, body={"docs": docs})
 
     # ---- index administration ------------------------------------------------------
-    create_hint = ". Does it have the k-NN plugin on every node (lr node status / _cat/plugins)?"
+    create_hint = (". Does it have the k-NN plugin (and, for the sparse_vector layout, "
+                   "neural-search 3.3+) on every node (lr node status / _cat/plugins)?")
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
                    shards: int = 1, replicas: int = 0, knn_engine: str = "lucene",
+                   sparse_layout: str = RANK_FEATURES, seismic: SeismicIndexParams | None = None,
                    **engine_opts: Any) -> dict[str, Any]:
         """``index_templates/opensearch/index.json`` for ``bundle``: ``knn_vector`` with
-        ``knn_engine`` (lucene or faiss), HNSW ``m`` / ``ef_construction``, sharding."""
+        ``knn_engine`` (lucene or faiss), HNSW ``m`` / ``ef_construction``, sharding, the
+        sparse field's layout (``rank_features`` or ``sparse_vector`` with ``seismic``'s
+        parameters; :mod:`lr_opensearch.engine.seismic`)."""
         from lr_opensearch.engine.templates import render_index_body
 
         if engine_opts:
             raise ConfigError(f"unknown OpenSearch index option(s) {sorted(engine_opts)}")
 
-        return render_index_body(dense_dim=int(bundle.config.served_dim),
+        body = render_index_body(dense_dim=int(bundle.config.served_dim),
                                  bundle_id=str(bundle.bundle_id),
                                  key_encoding=str(bundle.config.key_encoding), engine=knn_engine,
                                  m=m, ef_construction=ef_construction, shards=shards,
                                  replicas=replicas)
+        return apply_layout(body, bundle, sparse_layout, seismic, field=self.sparse_field,
+                            meta_key=META_KEY)
+
+    def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
+        """The bundle check of every engine (every concrete index behind ``index``), then
+        the sparse layout their ``_meta`` records (the indices must agree on it); the
+        ``sparse_vector`` layout searches its companion index by token id (one index)."""
+        mappings = self.index_mappings(index)  # one read for both checks
+        meta = self._check_mappings(index, mappings, bundle)
+        metas = {name: mapping.get("_meta", {}).get(META_KEY, {})
+                 for name, mapping in mappings.items()}
+        companions = sorted(name for name, m in metas.items() if m.get("format") == COMPANION_FORMAT)
+        if companions:
+            raise ConfigError(f"{companions[0]!r} holds the sparse field of a {SPARSE_VECTOR} "
+                              "layout index; search that index (the name without "
+                              f"{COMPANION_SUFFIX!r})")
+        layouts = {name: layout_of(meta) for name, meta in metas.items()}
+        if len(set(layouts.values())) > 1:
+            raise ConfigError(f"the indices behind {index!r} lay out {self.sparse_field} "
+                              f"differently {layouts}; search them one at a time")
+        self.sparse_layout = next(iter(layouts.values()))
+        if self.sparse_layout == SPARSE_VECTOR:
+            if len(layouts) > 1:
+                raise ConfigError(f"{index!r} names {len(layouts)} indices with the "
+                                  f"{SPARSE_VECTOR} layout; search them one at a time")
+            name = next(iter(layouts))
+            self._sparse_home = (name, companion_name(name))
+            if not self._token_ids:
+                self._token_ids = token_ids(bundle)
+        return meta
+
+    def _route(self, body: Mapping[str, Any]) -> str | None:
+        """A SEISMIC sparse sub-query runs on the companion index."""
+        if self._sparse_home is not None and is_seismic_query(body.get("query", {}),
+                                                               self.sparse_field):
+            return self._sparse_home[1]
+        return None
+
+    def _unroute(self, result: EngineResult) -> EngineResult:
+        assert self._sparse_home is not None
+        home = self._sparse_home[0]
+        return EngineResult([dataclasses.replace(h, index=home) for h in result.hits],
+                            result.took_ms, result.timed_out)
+
+    def sync_sparse_index(self, index: str, *, poll_s: float = 2.0) -> int:
+        """Copy ``index``'s documents, all fields but the dense one, into the companion
+        index of its ``sparse_vector`` layout (a server-side ``_reindex``, waited for), then
+        refresh it; returns the documents copied (0: the index has the other layout)."""
+        if layout_of(self.index_meta(index)) != SPARSE_VECTOR:
+            return 0
+        target = companion_name(index)
+        body = {"source": {"index": index, "_source": {"excludes": [self.dense_field]}},
+                "dest": {"index": target}}
+        task = self._admin(f"copying {index!r} into {target!r}", self.client.reindex,
+                           body=body, wait_for_completion=False, refresh=True)["task"]
+        while True:
+            status = self._admin(f"waiting for the copy into {target!r}", self.client.tasks.get,
+                                 task_id=task)
+            if status.get("completed"):
+                break
+            time.sleep(poll_s)
+        result = status.get("response", {})
+        if status.get("error") or result.get("failures"):
+            raise EngineError(f"copying {index!r} into {target!r} failed: "
+                              f"{status.get('error') or result['failures'][:3]}")
+        self.refresh(target)
+        logger.info("copied %s documents of %s into %s", result.get("total"), index, target)
+        return int(result.get("total", 0))
+
+    def delete_index(self, index: str) -> None:
+        """Delete ``index`` (and the companion index of a ``sparse_vector`` layout)."""
+        layout = layout_of(self.index_meta(index))
+        super().delete_index(index)
+        if layout == SPARSE_VECTOR and self.index_exists(companion_name(index)):
+            super().delete_index(companion_name(index))
 
     def _create(self, index: str, body: dict[str, Any]) -> Any:
+        meta = body["mappings"]["_meta"][META_KEY]
+        if meta.get(LAYOUT_META) == SPARSE_VECTOR:  # its companion first: a main index is whole
+            try:
+                self.client.indices.create(index=companion_name(index), body=companion_body(
+                    body, field=self.sparse_field, dense_field=self.dense_field,
+                    meta_key=META_KEY))
+            except OpenSearchException as exc:
+                if "resource_already_exists" not in str(exc):
+                    raise
         return self.client.indices.create(index=index, body=body)
 
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:

@@ -9,12 +9,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from lr_opensearch.engine.seismic import SeismicIndexParams
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import (
     DEFAULT_ENCODE_PRECISION,
     ENCODE_PRECISIONS,
     ENGINE_CHOICES,
+    SPARSE_LAYOUTS,
     choice,
 )
 
@@ -123,6 +126,9 @@ class IngestConfig:
     restart: ignore (and replace) an existing checkpoint.
     state_dir: where checkpoints live; dead_letter: JSONL of every record not indexed.
     progress: show a tqdm bar; summary_json: also write the summary there.
+    sparse_layout / seismic: the sparse field's layout and SEISMIC parameters when the run
+        creates the index (``lr_opensearch.engine.seismic``; None: ``rank_features``); an
+        existing index keeps its own (a layout asked for must be that one).
     """
 
     corpus: str
@@ -145,6 +151,18 @@ class IngestConfig:
     progress: bool = True
     summary_json: Path | None = None
     max_chunk_bytes: int = 50 * 1024 * 1024
+    sparse_layout: str | None = None
+    seismic: SeismicIndexParams | None = None
+
+    @property
+    def create_opts(self) -> dict[str, Any]:
+        """The index template's options when this run creates the index."""
+        opts: dict[str, Any] = {}
+        if self.sparse_layout is not None:
+            opts["sparse_layout"] = self.sparse_layout
+        if self.seismic is not None:
+            opts["seismic"] = self.seismic
+        return opts
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "chunk_size", "sort_window", "queue_chunks", "workers"):
@@ -157,6 +175,8 @@ class IngestConfig:
         if self.worker_id is not None and not 0 <= self.worker_id < self.workers:
             raise ConfigError(f"worker_id must be in [0, {self.workers}), got {self.worker_id}; "
                               "pass --workers N together with --worker-id K")
+        if self.sparse_layout is not None:
+            choice("sparse layout", self.sparse_layout, SPARSE_LAYOUTS)
         if not self.index or self.index != self.index.lower() or self.index.startswith(("_", "-")):
             raise ConfigError(f"invalid index name {self.index!r}: use a lowercase name that does "
                               "not start with '_' or '-'")

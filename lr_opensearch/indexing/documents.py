@@ -1,7 +1,8 @@
 """From a corpus record and its encoder output to the ``_source`` the index stores.
 
 Fields (see docs/ARCHITECTURE.md, index layout): ``lr_dense`` (served-dim float list),
-``lr_sparse`` (rank_features: encoded token key -> weight), ``title``, ``text`` and
+``lr_sparse`` (token -> weight: the encoded token key on the ``rank_features`` layout, the
+token id on the ``sparse_vector`` layout), ``title``, ``text`` and
 ``metadata`` (only when the record has extra keys).
 """
 
@@ -14,7 +15,9 @@ import numpy as np
 
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.adapter import DENSE_FIELD, METADATA_FIELD, SPARSE_FIELD, TEXT_FIELDS
+from lr_opensearch.engine.seismic import RANK_FEATURES
 from lr_opensearch.errors import BundleError
+from lr_opensearch.options import SPARSE_LAYOUTS, choice
 
 from .reader import Record
 
@@ -24,15 +27,19 @@ MIN_FEATURE_VALUE = float(np.finfo(np.float32).tiny)
 
 
 class SparseKeys:
-    """token id -> rank_features key (``encode_key(tokenizer.id_to_token(id))``), cached.
+    """token id -> the sparse field's key, cached: ``encode_key(tokenizer.id_to_token(id))``
+    on the ``rank_features`` layout, the id itself on ``sparse_vector``
+    (:mod:`lr_opensearch.engine.seismic`).
 
     Args:
         tokenizer: the bundle's ``tokenizers.Tokenizer``.
+        layout: the index's sparse layout (its ``_meta`` records it).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, layout: str = RANK_FEATURES) -> None:
         self._tokenizer = tokenizer
         self._cache: dict[int, str] = {}
+        self.layout = choice("sparse layout", layout, SPARSE_LAYOUTS)
 
     def key(self, token_id: int) -> str:
         key = self._cache.get(token_id)
@@ -41,7 +48,8 @@ class SparseKeys:
             if token is None:
                 raise BundleError(f"the doc encoder produced token id {token_id}, which the "
                                   "bundle's tokenizer does not know: the bundle is inconsistent")
-            key = self._cache[token_id] = encode_key(token)
+            key = encode_key(token) if self.layout == RANK_FEATURES else str(int(token_id))
+            self._cache[token_id] = key
         return key
 
 

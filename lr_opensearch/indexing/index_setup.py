@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch.engine.seismic import layout_of
+from lr_opensearch.errors import ConfigError
+
 from .config import BulkSettings
 
 if TYPE_CHECKING:
@@ -23,8 +26,11 @@ logger = logging.getLogger(__name__)
 LOAD_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
 
 
-def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle) -> bool:
-    """Create ``index`` for ``bundle`` if absent, else check its ``_meta`` names this bundle.
+def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle,
+                 **create_opts: Any) -> bool:
+    """Create ``index`` for ``bundle`` if absent (``create_opts``: the index template's,
+    e.g. ``sparse_layout``, see ``adapter.index_body``), else check its ``_meta`` names
+    this bundle.
 
     Returns:
         True if the index was created by this call.
@@ -36,10 +42,25 @@ def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle) -> bool:
     if adapter.index_exists(index):
         adapter.check_bundle(index, bundle)
         return False
-    if not adapter.create_index(index, bundle):  # another worker created it first
+    if not adapter.create_index(index, bundle, **create_opts):  # another worker was first
         adapter.check_bundle(index, bundle)
         return False
     return True
+
+
+def index_layout(adapter: EngineAdapter, index: str, wanted: str | None = None) -> str:
+    """The sparse layout ``index`` records (``lr_opensearch.engine.seismic``); the documents
+    are written for it.
+
+    Raises:
+        ConfigError: ``wanted`` (a layout asked for) is not the existing index's.
+    """
+    layout = layout_of(adapter.index_meta(index))
+    if wanted is not None and wanted != layout:
+        raise ConfigError(f"index {index!r} exists with the {layout} sparse layout, not "
+                          f"{wanted}; ingest into a new index for {wanted} (or leave "
+                          "--sparse-layout out)")
+    return layout
 
 
 def current_settings(adapter: EngineAdapter, index: str) -> dict[str, Any]:
@@ -71,4 +92,9 @@ def restore_settings(adapter: EngineAdapter, index: str, original: dict[str, Any
 
 
 def final_refresh(adapter: EngineAdapter, index: str) -> None:
+    """Refresh; an index of the ``sparse_vector`` layout then fills its companion index
+    (``OpenSearchAdapter.sync_sparse_index``)."""
     adapter.refresh(index)
+    sync = getattr(adapter, "sync_sparse_index", None)
+    if sync is not None:
+        sync(index)

@@ -18,6 +18,7 @@ Several local worker processes (``--workers N``) are the app's job: ``ingest.lau
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -26,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.engine.seismic import RANK_FEATURES
 from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestError
 
 from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
 from .documents import SparseKeys
-from .index_setup import ensure_index
+from .index_setup import ensure_index, index_layout
 from .pipeline import EncodePipeline
 from .progress import Progress
 from .reader import TRUNCATED, CorpusReader, Foreign, Rejection, Truncation, check_corpus
@@ -75,7 +77,10 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
 
     with resumable(config):
         adapter = make_adapter(client if client is not None else connect(config))
-        created = ensure_index(adapter, config.index, bundle)
+        created = ensure_index(adapter, config.index, bundle, **config.create_opts)
+        # the documents are written for the layout the index records
+        config = dataclasses.replace(config, sparse_layout=index_layout(
+            adapter, config.index, config.sparse_layout))
         copy = IndexCopy(created, adapter.index_settings(config.index).get("uuid"))
         ck = checkpoint_file(config, bundle.bundle_id)
         with ck.exclusive() if ck is not None else contextlib.nullcontext():
@@ -179,7 +184,8 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
                         on_chunk_done=save_checkpoint, retry=config.retry,
                         queue_chunks=config.queue_chunks,
                         max_chunk_bytes=config.max_chunk_bytes).start()
-    pipeline = EncodePipeline(encoder, SparseKeys(bundle.tokenizer), writer, watermark=wm,
+    keys = SparseKeys(bundle.tokenizer, config.sparse_layout or RANK_FEATURES)
+    pipeline = EncodePipeline(encoder, keys, writer, watermark=wm,
                               dead_letter=dl, max_length=bundle.config.max_length,
                               batch_size=config.batch_size, chunk_size=config.chunk_size,
                               sort_window=config.sort_window, corpus=config.corpus)

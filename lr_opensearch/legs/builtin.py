@@ -31,7 +31,7 @@ def knn_sub_query(adapter: SubQueryBuilder, vector: Any, ctx: LegContext) -> dic
 
 
 def _sparse(adapter: SubQueryBuilder, weights: Any, ctx: LegContext) -> dict[str, Any]:
-    return adapter.sparse_query(weights, filter=ctx.filter)
+    return adapter.sparse_query(weights, filter=ctx.filter, k=ctx.k, seismic=ctx.seismic)
 
 
 def _text(adapter: SubQueryBuilder, text: Any, ctx: LegContext) -> dict[str, Any]:

@@ -23,7 +23,8 @@ class SubQueryBuilder(Protocol):
     def dense_query(self, vector: Any, *, k: int, filter: Any = None,
                     ef_search: int | None = None) -> dict[str, Any]: ...
 
-    def sparse_query(self, sparse: Mapping[str, float], *, filter: Any = None) -> dict[str, Any]: ...
+    def sparse_query(self, sparse: Mapping[str, float], *, filter: Any = None,
+                     k: int | None = None, seismic: Any = None) -> dict[str, Any]: ...
 
     def text_query(self, text: str, *, filter: Any = None) -> dict[str, Any]: ...
 
@@ -41,11 +42,13 @@ class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
 @dataclass(frozen=True)
 class LegContext:
     """What a sub-query needs besides the query's input: knn ``k`` (the candidates), the
-    caller's filter, HNSW ``ef_search``."""
+    caller's filter, HNSW ``ef_search``, the SEISMIC knobs of an index whose sparse field
+    has the ``sparse_vector`` layout (``lr_opensearch.engine.seismic.SeismicSearch``)."""
 
     k: int
     filter: Any = None
     ef_search: int | None = None
+    seismic: Any = None
 
 
 def _same(score: float) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.engine.adapter import Filter
+from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig
 from lr_opensearch.options import (
@@ -49,6 +50,10 @@ class SearchOptions:
             rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
         candidates: hits each leg retrieves for fusion (at least ``from_ + k``).
         ef_search: HNSW ``ef_search`` for knn legs (None: the index default).
+        seismic_top_n / seismic_heap_factor: the SEISMIC search of an index whose sparse
+            field has the ``sparse_vector`` layout (``lr_opensearch.engine.seismic``): the
+            query tokens whose posting lists are searched (None: all) and the cluster
+            skipping factor (None: the engine's 1.0); unused on ``rank_features``.
         filter: a query clause or list of clauses applied to every leg.
         source: ``_source`` selection (None: everything except the vector fields; False:
             nothing; a list of fields; or an engine ``_source`` object).
@@ -70,6 +75,8 @@ class SearchOptions:
     rank_constant: int = DEFAULT_RANK_CONSTANT
     candidates: int = DEFAULT_CANDIDATES
     ef_search: int | None = None
+    seismic_top_n: int | None = None
+    seismic_heap_factor: float | None = None
     filter: Filter = None
     source: Any = None
     timeout: float | str | None = None
@@ -85,6 +92,7 @@ class SearchOptions:
         _positive_int("rerank_depth", self.rerank_depth, 1)
         if self.ef_search is not None:
             _positive_int("ef_search", self.ef_search, 1)
+        SeismicSearch(self.seismic_top_n, self.seismic_heap_factor)  # checks the knobs
         for what, value in (("from_ + k", self.from_ + self.k), ("candidates", self.candidates),
                             ("rerank_depth", self.rerank_depth)):
             if value > MAX_RESULT_WINDOW:
@@ -97,6 +105,11 @@ class SearchOptions:
             choice("fusion semantics", self.semantics, SEMANTICS)
         choice("normalization", self.normalization, NORMALIZATIONS)
         choice("combination", self.combination, COMBINATIONS)
+
+    @property
+    def seismic(self) -> SeismicSearch:
+        """The SEISMIC knobs of the sparse sub-query (``sparse_vector`` layout)."""
+        return SeismicSearch(self.seismic_top_n, self.seismic_heap_factor)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

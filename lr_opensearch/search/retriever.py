@@ -24,6 +24,7 @@ from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.adapter import EngineResult, merge_shards
 from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import (
     ENCODED_INPUTS,
@@ -126,6 +127,11 @@ class Retriever:
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
         if check_bundle:
             self.adapter.check_bundle(index, bundle)
+            layout = getattr(self.adapter, "sparse_layout", None)
+            if self.cluster is not None and layout == SPARSE_VECTOR:
+                raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} "
+                                  "(token ids), which the in-cluster query models do not "
+                                  "write; search it with encode='client'")
         if encoder is None:
             from lr_opensearch.query import QueryEncoder
 
@@ -294,6 +300,10 @@ class Retriever:
         sub = self._sub_queries(self.inputs(texts, req.legs, req.options.instruction), req,
                                 len(texts))
         search = f"/{self.index}/_search"
+
+        def at(query: Mapping[str, Any]) -> str:  # a leg the index sends elsewhere
+            return f"/{self.adapter.target(self.index, {'query': query})}/_search"
+
         c = req.config
         out = []
         for text, pair in zip(texts, sub, strict=True):
@@ -302,12 +312,12 @@ class Retriever:
                     pair, c, size=req.depth, depth=req.size, source=req.source,
                     timeout=req.timeout)}]
             elif req.path == "single":
-                requests = [{"method": "GET", "path": search, "body": self.adapter.body(
+                requests = [{"method": "GET", "path": at(pair[0]), "body": self.adapter.body(
                     pair[0], size=req.depth, source=req.source, timeout=req.timeout)}]
             else:
                 requests = [
                     {"leg": leg, "method": "GET",
-                     "path": search + ("" if shard is None else f"?preference=_shards:{shard}"),
+                     "path": at(q) + ("" if shard is None else f"?preference=_shards:{shard}"),
                      "body": self.adapter.body(q, size=req.size, source=False,
                                                timeout=req.timeout)}
                     for leg, q in zip(req.legs, pair, strict=True)
@@ -417,7 +427,7 @@ class Retriever:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
         ctx = LegContext(k=max(req.options.candidates, req.depth), filter=req.filter,
-                         ef_search=req.options.ef_search)
+                         ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.cluster.requests import text_sub_queries
 
