@@ -85,6 +85,12 @@ def run_variant(name: str, ctx: dict[str, Any]) -> np.ndarray:
         share = float(arg or 0.5)
         return fit_table(e0, sp.vstack([bags, gb]).tocsr(), np.vstack([targets, gt]),
                          weights=np.concatenate([wts, np.full(gb.shape[0], share)]))[0]
+    if kind == "distill":  # the library's default fit, then the listwise step (bundle.distill)
+        from lr_opensearch.bundle.distill import DistillConfig, distill_table
+
+        table = fit_table(e0, bags, targets, weights=wts)[0]
+        docs = ctx["docs"] if ctx.get("sample") is None else ctx["docs"][ctx["sample"]]
+        return distill_table(table, bags, targets, docs, DistillConfig())[0]
     raise ValueError(f"unknown variant {name}")
 
 
@@ -114,6 +120,7 @@ def _small_subset(ctx: dict[str, Any], docs_text: list[tuple[str, str]], n: int,
     ctx["targets"] = _cached(work / f"targets-small{n}.npy", lambda: _embed(encoder(), texts))
     ctx["bags"] = token_bags(flat, lengths, vocab)
     ctx["flat"], ctx["lengths"] = flat, lengths
+    ctx["sample"] = pick  # the listwise step's candidates: the small corpus's own documents
     ctx["weights"] = np.asarray([3.0 if r == "passage" else 1.0 for r, k in zip(pq.recipe, keep, strict=True) if k])
     dflat, dlen = query_tokenizer(tokenizer, 1 << 20)([f"{t} {x}" for t, x in docs])
     ctx["idf"] = idf_weights(doc_frequencies(dflat, dlen, vocab), len(docs))
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--variant", action="append", default=[])
     p.add_argument("--small", type=int, default=0)
+    p.add_argument("--report-split", default=None, help="also score on this split (report only)")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -151,11 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     recs = [(str(r["_id"]), r.get("title") or "", r.get("text") or "") for _, r in iter_jsonl(data.corpus_path)]
     doc_ids = [d for d, _, _ in recs]
     docs = _cached(args.work / "docs.npy", lambda: _embed(encoder(), [document_text(t, x) for _, t, x in recs], 64))
-    qids = list(data.queries)
+    qids = list(data.queries)  # noqa: F841 (the cache key's order)
     qfull = _cached(args.work / f"queries-{args.split}.npy", lambda: _embed(encoder(), [data.queries[q] for q in qids]))
     flat, lengths = query_tokenizer(tokenizer)(inputs.texts)
     ctx: dict[str, Any] = {"e0": e0, "bags": inputs.bags, "targets": targets, "weights": inputs.weights,
-                           "idf": inputs.idf, "flat": flat, "lengths": lengths}
+                           "idf": inputs.idf, "flat": flat, "lengths": lengths, "docs": docs}
     def generic() -> tuple[sp.csr_matrix, np.ndarray]:
         texts = vocabulary_queries(tokenizer, 10_000)
         gt = _cached(args.work / "targets-generic.npy", lambda: _embed(encoder(), texts))
@@ -165,19 +173,31 @@ def main(argv: list[str] | None = None) -> int:
     ctx["generic"] = generic
     if args.small:
         _small_subset(ctx, [(t, x) for _, t, x in recs], args.small, tokenizer, args.work, encoder)
-    qflat, qlen = query_tokenizer(tokenizer)([data.queries[q] for q in qids])
-    results: dict[str, Any] = {"full-dense": float(np.mean(_ndcg(qfull, docs, doc_ids, qids, data.qrels)))}
-    logger.info("full-dense %.4f", results["full-dense"])
-    base: list[float] | None = None
+    splits = [(args.split, data, qfull)]
+    if args.report_split:  # figures for the report only, never for a choice
+        rep = load_beir(args.dataset, args.report_split)
+        rq = list(rep.queries)
+        splits.append((args.report_split, rep, _cached(args.work / f"queries-{args.report_split}.npy",
+                                                      lambda: _embed(encoder(), [rep.queries[q] for q in rq]))))
+    results: dict[str, Any] = {}
+    base: dict[str, list[float]] = {}
+    for split, d, qf in splits:
+        sq = list(d.queries)
+        results[f"{split}/full-dense"] = float(np.mean(_ndcg(qf, docs, doc_ids, sq, d.qrels)))
+    logger.info("full-dense %s", results)
     for name in args.variant or ["ridge"]:
         t0 = time.perf_counter()
         table = run_variant(name, ctx)
-        qv = np.asarray(token_bags(qflat, qlen, vocab) @ table, np.float32)
-        per = _ndcg(qv, docs, doc_ids, qids, data.qrels)
-        base = base or per
-        results[name] = {"ndcg@10": float(np.mean(per)), "vs_first": _paired(base, per),
-                         "seconds": round(time.perf_counter() - t0, 1)}
-        logger.info("%s: %s", name, results[name])
+        seconds = round(time.perf_counter() - t0, 1)
+        for split, d, _ in splits:
+            sq = list(d.queries)
+            qflat, qlen = query_tokenizer(tokenizer)([d.queries[q] for q in sq])
+            qv = np.asarray(token_bags(qflat, qlen, vocab) @ table, np.float32)
+            per = _ndcg(qv, docs, doc_ids, sq, d.qrels)
+            base.setdefault(split, per)
+            results[f"{split}/{name}"] = {"ndcg@10": float(np.mean(per)), "vs_first": _paired(base[split], per),
+                                          "seconds": seconds}
+            logger.info("%s/%s: %s", split, name, results[f"{split}/{name}"])
     text = json.dumps(results, indent=1)
     if args.out:
         args.out.write_text(text)

@@ -317,6 +317,8 @@ def test_build_with_fit_corpus_records_stats_that_info_prints(
     assert main(["bundle", "info", str(out)]) == 0
     info = capsys.readouterr().out
     assert "fit         corpora corpus.jsonl" in info and "table default: lam" in info
+    prior = f"prior E0 mapped by {table['prior_rows']} frequent rows" if table["prior_rows"] else "prior E0 "
+    assert prior in info
     assert main(["bundle", "info", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sparse_query_weights"] == "idf"
     with caplog.at_level(logging.WARNING):
