@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[])
     p.add_argument("--small", type=int, default=0)
     p.add_argument("--report-split", default=None, help="also score on this split (report only)")
+    p.add_argument("--save", action="store_true", help="keep each table as WORK/table-VARIANT.npy")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         table = run_variant(name, ctx)
         seconds = round(time.perf_counter() - t0, 1)
+        if args.save:
+            np.save(args.work / f"table-{name.replace(':', '_')}.npy", table)
         for split, d, _ in splits:
             sq = list(d.queries)
             qflat, qlen = query_tokenizer(tokenizer)([d.queries[q] for q in sq])
