@@ -11,7 +11,11 @@ exact inner-product search over all documents (dense nDCG@10, as ``lr-dense`` ra
 without HNSW). ``--small N`` simulates a small corpus: only the pseudo-queries cut from N
 sampled documents (and the IDF of those N documents) are given to the fit, while the
 judged queries still search the whole collection, so a small corpus's few contexts are
-measured on the same train judgments. Never use a test split to choose.
+measured on the same train judgments. Never use a test split to choose (``--report-split
+test`` scores the same tables for a report). Variants: ``ridge`` (the library's default),
+``e0`` (the unfitted table as the prior), ``mapped[:N]`` (two full fits), ``generic`` /
+``genmix[:w]`` (keyword lists of vocabulary words as a prior / mixed in), ``idf[:p]``
+(IDF^p-weighted mean), ``distill`` (the default, then the listwise step).
 """
 
 from __future__ import annotations
