@@ -51,19 +51,55 @@ def _synthetic(seed: int = 0, vocab: int = 60, dim: int = 8, n: int = 400):  # n
     return bags, targets, e0
 
 
-def test_fitted_table_beats_e0_on_held_back_queries_and_keeps_unseen_rows() -> None:
+def test_fitted_table_beats_e0_on_held_back_queries() -> None:
     bags, targets, e0 = _synthetic()
     table, fit = fit_table(e0, bags, targets)
     assert fit.holdout_cosine > 0.9 > fit.holdout_cosine_e0 + 0.5
     assert fit.lam in LAMS and set(fit.holdout_cosine_per_lam) <= {f"{lam:g}" for lam in LAMS}
     assert fit.holdout_cosine == max(fit.holdout_cosine_per_lam.values())
-    assert fit.rows_fitted == 50
-    np.testing.assert_array_equal(table[50:], e0[50:])  # never seen: E0 exactly
+    assert fit.rows_fitted == 50 and 40 < fit.prior_rows <= 50  # frequent in the 90 % it fits
     assert not np.allclose(table[:50], e0[:50])
     # the table is what the query side averages: A @ table approximates the targets
     pred = bags @ table.astype(np.float64)
     assert np.mean(np.sum(pred * targets, 1) / np.linalg.norm(pred, axis=1)
                    / np.linalg.norm(targets, axis=1)) > 0.95
+
+
+def test_unseen_rows_keep_e0_when_the_prior_is_not_mapped() -> None:
+    bags, targets, e0 = _synthetic()
+    table, fit = fit_table(e0, bags, targets, map_min_queries=None)
+    np.testing.assert_array_equal(table[50:], e0[50:])  # never seen: E0 exactly
+    assert fit.prior_rows == 0
+    _, few = fit_table(e0, bags, targets, map_min_queries=10**6)  # no token that frequent
+    assert few.prior_rows == 0
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_rows_the_queries_never_or_seldom_use_land_in_the_fitted_rows_space() -> None:
+    # the full model's token rows are an affine image of E0's (scaled, rotated, offset), as
+    # fitted rows are of unfitted ones; tokens 50..59 never occur, 40..49 in few queries
+    rng = np.random.default_rng(5)
+    vocab, dim, n = 60, 8, 600
+    e0 = rng.standard_normal((vocab, dim)).astype(np.float32)
+    rot = np.linalg.qr(rng.standard_normal((dim, dim)))[0]
+    truth = 3.0 * e0 @ rot + 2.0 * rng.standard_normal(dim) + 0.1 * rng.standard_normal((vocab, dim))
+    lengths = rng.integers(2, 8, n)
+    p = np.r_[np.full(40, 1.0), np.full(10, 0.01), np.zeros(10)]
+    flat = rng.choice(vocab, int(lengths.sum()), p=p / p.sum())
+    bags = token_bags(flat, lengths, vocab)
+    targets = bags @ truth + 0.05 * rng.standard_normal((n, dim))
+    table, fit = fit_table(e0, bags, targets)
+    assert _cos(table[50:], truth[50:]).min() > 0.95
+    # a query made of never-seen tokens now points where the full model's would
+    unseen = token_bags(np.array([50, 51, 52]), np.array([3]), vocab)
+    assert _cos(unseen @ table, unseen @ truth)[0] > 0.95
+    assert 35 <= fit.prior_rows <= 40  # the frequent tokens (in the 90 % the map is fitted on)
+    old, _ = fit_table(e0, bags, targets, map_min_queries=None)
+    assert _cos(old[50:], truth[50:]).mean() < 0.5
+    assert _cos(table[40:50], truth[40:50]).mean() > _cos(old[40:50], truth[40:50]).mean() + 0.1
 
 
 def test_lam_search_picks_from_the_grid_and_one_lam_means_no_search() -> None:
@@ -281,6 +317,8 @@ def test_build_with_fit_corpus_records_stats_that_info_prints(
     assert main(["bundle", "info", str(out)]) == 0
     info = capsys.readouterr().out
     assert "fit         corpora corpus.jsonl" in info and "table default: lam" in info
+    prior = f"prior E0 mapped by {table['prior_rows']} frequent rows" if table["prior_rows"] else "prior E0 "
+    assert prior in info
     assert main(["bundle", "info", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sparse_query_weights"] == "idf"
     with caplog.at_level(logging.WARNING):

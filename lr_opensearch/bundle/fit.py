@@ -14,9 +14,10 @@ model's embedding of whole (pseudo-)queries:
 3. ``ridge.token_bags`` builds ``A`` [n, V], the row-normalised token counts of the
    pseudo-queries tokenized exactly as the query side tokenizes (``A @ E`` is what the
    query side computes).
-4. ``ridge.fit_table`` solves ``min ||A E - F||^2 + lam ||E - E0||^2`` by Jacobi-preconditioned
-   conjugate gradients, ``lam`` chosen on a held-back 10 %. Rows of tokens that occur in
-   no pseudo-query keep ``E0`` exactly.
+4. ``ridge.fit_table`` solves ``min ||A E - F||^2 + lam ||E - P||^2`` by Jacobi-preconditioned
+   conjugate gradients, ``lam`` chosen on a held-back 10 %. The prior ``P`` is the unfitted
+   table mapped into the fitted rows' space (``ridge.mapped_prior``); rows of tokens that
+   occur in no pseudo-query take ``P``.
 5. Optionally (``distill``), ``distill.distill_table`` then refines the table so that it
    ranks the sampled documents as the full model does (a listwise KL over candidates).
 

@@ -181,7 +181,7 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
     for name, t in fit["tables"].items():
         lines.append(f"            table {name}: lam {t['lam']:g}, held-back cosine "
                      f"{t['holdout_cosine_e0']:.4f} -> {t['holdout_cosine']:.4f}, "
-                     f"{t['rows_fitted']} rows fitted (encode {t['encode_seconds']:.0f} s, "
+                     f"{t['rows_fitted']} rows fitted, prior {_prior(t)} (encode {t['encode_seconds']:.0f} s, "
                      f"solve {t['solve_seconds']:.0f} s)")
         if d := t.get("distill"):
             lines.append(f"            distilled: {d['epochs']} epochs, tau {d['tau']:g}, "
@@ -190,6 +190,12 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
                          f"{d['top10_agreement_after']:.3f} ({d['seconds']:.0f} s)")
     lines.append(f"sparse q.   {weights_kind} weights")
     return lines
+
+
+def _prior(table: dict[str, Any]) -> str:
+    """The fit's prior as ``lr bundle info`` names it (bundles before the mapped prior: E0)."""
+    rows = table.get("prior_rows") or 0
+    return f"E0 mapped by {rows} frequent rows" if rows else "E0"
 
 
 def summary(bundle: Bundle) -> dict[str, Any]:
