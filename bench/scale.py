@@ -205,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
-    p.add_argument("--bundle", type=Path, required=True)
-    p.add_argument("--source-index", action="append", required=True)
+    p.add_argument("--bundle", type=Path)
+    p.add_argument("--source-index", action="append")
+    p.add_argument("--markdown", action="store_true",
+                   help="only print --out's tables for --tag as markdown (runs nothing)")
     p.add_argument("--source-url", default=None, help="the node holding the source indexes "
                    "(default: --url)")
     p.add_argument("--timing-queries", action="append", type=Path, default=None, metavar="DIR",
@@ -239,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "scale.json")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.out.read_text(encoding="utf-8")), args.tag))
+        return 0
 
+    if not args.bundle or not args.source_index:
+        p.error("--bundle and --source-index are required (except with --markdown)")
     bundle = load_bundle(args.bundle)
     client = connect(args.url, timeout=300)
     adapter = make_adapter(client)
@@ -294,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             adapter.put_index_settings(name, dict.fromkeys(settings))
         print_size(n, one, many, shapes)
         for size in entry["sizes"].values():  # one definition of the summary for every size
-            size["modes"] = summary(size["one_client"], leg_names, default_c,
-                                    size.get("auto_path", "server"))
+            if f"hybrid-client@{default_c}" in size["one_client"]:  # (timed at default_c)
+                size["modes"] = summary(size["one_client"], leg_names, default_c,
+                                        size.get("auto_path", "server"))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     if args.quality:
@@ -346,6 +354,28 @@ def print_size(n: int, one: dict[str, Any], many: dict[str, Any], shapes: list[A
         print(f"  {shape:<20} {o['p50_ms']:8.1f} / {o['p99_ms']:8.1f} (x{o['p50_ms'] / bm:5.2f})"
               f"   {m['qps']:7.1f} QPS {m['p50_ms']:8.1f} / {m['p99_ms']:8.1f} "
               f"(x{m['p50_ms'] / bm_many:5.2f})", flush=True)
+
+
+def markdown(report: dict[str, Any], tag: str = "base") -> str:
+    """The tables of docs/RESULTS.md from a report: per size, one client p50 / p99 ms and
+    x BM25@10, then several clients' QPS and p50 ms."""
+    out = []
+    for n, size in sorted(report[tag]["sizes"].items(), key=lambda kv: int(kv[0])):
+        one, many = size["one_client"], size["clients"]
+        bm, bm_many = one["bm25@10"]["p50_ms"], many["bm25@10"]["p50_ms"]
+        build = size.get("build") or {}
+        out.append(f"\n**{int(n):,} documents** ({size['index_bytes'] / 1e6:,.0f} MB, "
+                   f"{size['segments']} segments, built in {build.get('build_s', 0):,.0f} s; "
+                   f"`fusion=\"auto\"` fuses on the {size.get('auto_path', 'server')}):\n")
+        out.append(f"| shape | one client: p50 / p99 ms | x BM25 p50 | {size['n_clients']} "
+                   "clients: QPS | p50 ms | x BM25 p50 |")
+        out.append("|---|---:|---:|---:|---:|---:|")
+        for shape, o in one.items():
+            m = many[shape]
+            out.append(f"| {shape} | {o['p50_ms']:.1f} / {o['p99_ms']:.1f} | "
+                       f"{o['p50_ms'] / bm:.2f} | {m['qps']:.1f} | {m['p50_ms']:.1f} | "
+                       f"{m['p50_ms'] / bm_many:.2f} |")
+    return "\n".join(out)
 
 
 def plot(report: dict[str, Any], path: Path, c: int) -> None:

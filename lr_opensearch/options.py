@@ -49,7 +49,9 @@ FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: 
 # every document that matches it, while a leg searched alone (client fusion, one _msearch)
 # skips with Lucene's dynamic pruning. Same ranking either way (tested); chosen by
 # bench/scale.py (docs/RESULTS.md, "Cost as the corpus grows").
-CLIENT_FUSION_MIN_DOCS = 50_000
+# (quiet machine: client fusion won every shape from 30k documents, one client and 8; at
+# 10k it won one client's latency but not 8 clients' throughput at 100 candidates)
+CLIENT_FUSION_MIN_DOCS = 20_000
 HYBRID_SKIPS_FROM = (3, 7)  # the first OpenSearch whose hybrid query lets sub-queries skip
 # hits each leg retrieves for fusion: 50, chosen by bench/scale.py and SciFact *train*
 # (nDCG@10 0.7139 against 0.7159 at 100 on the real index; at a million documents the
