@@ -26,6 +26,7 @@ from lr_opensearch.engine.seismic import SeismicIndexParams, companion_name
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.indexing import ConnectionConfig, IngestConfig
 from lr_opensearch.indexing.run import run
+from lr_opensearch.options import DEFAULT_CANDIDATES
 from lr_opensearch.search import Retriever
 
 pytestmark = pytest.mark.node
@@ -143,7 +144,8 @@ def test_the_request_goes_to_the_companion(adi: Any, os_client: Any) -> None:
     (request,) = one["requests"]
     assert request["path"] == f"/{companion_name(indices['sv'])}/_search"
     query = request["body"]["query"]["neural_sparse"]["lr_sparse"]
-    assert query["method_parameters"] == {"k": 100, "top_n": 3, "heap_factor": 1.5}
+    # k: the leg's candidates (the default)
+    assert query["method_parameters"] == {"k": DEFAULT_CANDIDATES, "top_n": 3, "heap_factor": 1.5}
     assert all(key.isdigit() for key in query["query_tokens"])
     with pytest.raises(ConfigError, match="companion index .* one index; use fusion='client'"):
         retriever.search(texts[0], mode="hybrid", fusion="server")
