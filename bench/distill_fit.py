@@ -106,14 +106,19 @@ def _paired(a: list[float], b: list[float]) -> str:
     return f"{np.mean(b) - np.mean(a):+.4f} (paired t-test p {t.pvalue:.3g})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def fit_bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments the table-fit benches share (dataset, split, work dir, variants, out)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", type=Path, required=True)
     p.add_argument("--split", default="train")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--variant", action="append", default=[])
     p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = fit_bench_parser(__doc__).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     data = load_beir(args.dataset, args.split)

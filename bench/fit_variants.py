@@ -20,7 +20,6 @@ test`` scores the same tables for a report). Variants: ``ridge`` (the library's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -33,7 +32,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from distill_fit import _cached, _embed, _model, _ndcg, _paired  # noqa: E402
+from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parser  # noqa: E402
 
 from lr_opensearch.bundle.fit import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
 from lr_opensearch.bundle.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
@@ -132,15 +131,10 @@ def _small_subset(ctx: dict[str, Any], docs_text: list[tuple[str, str]], n: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", type=Path, required=True)
-    p.add_argument("--split", default="train")
-    p.add_argument("--work", type=Path, required=True)
-    p.add_argument("--variant", action="append", default=[])
+    p = fit_bench_parser(__doc__)
     p.add_argument("--small", type=int, default=0)
     p.add_argument("--report-split", default=None, help="also score on this split (report only)")
     p.add_argument("--save", action="store_true", help="keep each table as WORK/table-VARIANT.npy")
-    p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from tokenizers import Tokenizer

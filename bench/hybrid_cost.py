@@ -208,6 +208,13 @@ def plot(report: dict[str, Any], cs: list[int], path: Path) -> None:
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="center right")
     ax.set_title("LR hybrid: latency and quality against candidates")
+    save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a bench plot (tight layout, 120 dpi) and free it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -188,10 +188,9 @@ def plot(summary: dict[str, Any], cs: list[int], path: Path, clients: int) -> No
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("search latency under load")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from hybrid_cost import save_figure
+
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

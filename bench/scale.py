@@ -402,10 +402,9 @@ def plot(report: dict[str, Any], path: Path, c: int) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     ax.set_title("Search latency against corpus size (one node, 2 cores)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from hybrid_cost import save_figure
+
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":
