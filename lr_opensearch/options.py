@@ -42,7 +42,12 @@ SEMANTICS = ("opensearch", "linear")
 NORMALIZATIONS = ("min_max", "l2")
 COMBINATIONS = ("arithmetic_mean", "geometric_mean", "harmonic_mean", "rrf")
 ENCODINGS = ("client", "cluster")  # who encodes the query: this process, or the cluster's models
-FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: see below)
+# who fuses a hybrid search (auto: see below); "calibrated": no fusion step at all - one
+# ordinary `bool` query whose clauses are the legs' sub-queries, each boosted by weight /
+# the leg's scale that `lr index calibrate` measured on the index
+# (lr_opensearch.engine.calibration), so the engine can skip as for one leg
+CALIBRATED = "calibrated"
+FUSION_PATHS = ("auto", "server", "client", CALIBRATED)
 # "auto" fuses on the client, although the server could, from this many documents in the
 # searched index(es) where the engine's hybrid query cannot skip: OpenSearch's `hybrid`
 # sets no minimum competitive score for its sub-queries before 3.7, so each leg scores
@@ -52,6 +57,17 @@ FUSION_PATHS = ("auto", "server", "client")  # who fuses a hybrid search (auto: 
 # (quiet machine: client fusion won every shape from 30k documents, one client and 8; at
 # 10k it won one client's latency but not 8 clients' throughput at 100 candidates)
 CLIENT_FUSION_MIN_DOCS = 20_000
+# The calibrated fusion (one bool query): which per-leg statistic of the index's
+# calibration (lr_opensearch.engine.calibration) divides the leg's weight into its boost:
+# the mean or median top-1 engine score over the pseudo-queries, or the mean of their top
+# 10 scores; chosen on SciFact train (docs/RESULTS.md, "One query")
+CALIBRATION_FORMS = ("top1_mean", "top1_median", "top10_mean")
+DEFAULT_CALIBRATION_FORM = "top1_mean"
+# its default query shape, cut so the engine can skip: the query's heaviest sparse tokens
+# and the text field(s) of the BM25 clause (a one-field `match` instead of the two-field
+# `multi_match`, a dis_max); chosen on SciFact train (docs/RESULTS.md, "One query")
+CALIBRATED_SPARSE_TOKENS: int | None = 5
+CALIBRATED_TEXT_FIELDS: tuple[str, ...] | None = ("text",)
 HYBRID_SKIPS_FROM = (3, 7)  # the first OpenSearch whose hybrid query lets sub-queries skip
 # hits each leg retrieves for fusion: 50, chosen by bench/scale.py and SciFact *train*
 # (nDCG@10 0.7139 against 0.7159 at 100 on the real index; at a million documents the

@@ -13,6 +13,7 @@ from lr_opensearch.cli.common import (
     layout_opts,
 )
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
+from lr_opensearch.engine.calibration import DEFAULT_SAMPLE_DOCS
 from lr_opensearch.engine.client import ENGINE_NAMES
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
@@ -154,6 +155,33 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.cli.common import bundle_path
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.calibration import Shape, calibrate
+    from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+
+    client = client_from_args(args)
+    adapter = make_adapter(client)
+    bundle = load_bundle(bundle_path(args, client))
+    adapter.check_bundle(args.index, bundle)
+    shapes = [Shape(), Shape(CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS)]
+    shapes += [Shape(n or None, tuple(args.text_fields.split(",")) if args.text_fields else None)
+               for n in (args.sparse_tokens or [])]
+    cal = calibrate(adapter, args.index, bundle, shapes=shapes, sample_docs=args.sample_docs,
+                    seed=args.seed)
+    if args.json:
+        print(json.dumps(cal.to_meta(), indent=2))
+        return 0
+    print(f"calibrated {args.index} on {cal.method['pseudo_queries']} pseudo-queries of "
+          f"{cal.method['sampled_documents']} documents (seed {args.seed}; recorded in its "
+          f"_meta): leg, top-1 mean / median, top-10 mean")
+    for key, leg in cal.legs.items():
+        print(f"  {key:<16} {leg.top1_mean:10.4g} {leg.top1_median:10.4g} {leg.top10_mean:10.4g}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``lr index`` and its subcommands."""
     index = subparsers.add_parser("index", help="create and inspect LightRetriever indices")
@@ -190,6 +218,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     add_connection_args(p)
     p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("calibrate", help="measure each leg's score scale on the index (for "
+                       "fusion calibrated: one bool query) and record it in its _meta")
+    p.add_argument("--index", required=True, help="index name")
+    p.add_argument("--bundle", default=None,
+                   help="model bundle directory (default: the one the index was built with)")
+    p.add_argument("--sample-docs", type=int, default=DEFAULT_SAMPLE_DOCS,
+                   help="documents whose pseudo-queries measure the scales (default "
+                   "%(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--sparse-tokens", type=int, action="append", default=None, metavar="N",
+                   help="also calibrate the sparse leg with the query's N heaviest tokens "
+                   "(repeatable; the defaults are always calibrated)")
+    p.add_argument("--text-fields", default=None, metavar="F[,F]",
+                   help="with --sparse-tokens: the BM25 fields of that shape")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    add_connection_args(p)
+    p.set_defaults(func=_cmd_calibrate)
 
     p = sub.add_parser("delete", help="delete an index (asks for its name again)")
     p.add_argument("index")

@@ -42,6 +42,9 @@ MSEARCH_CHUNK = 64  # searches per _msearch request
 # field, and the engines refuse a query of more than 1,024 clauses (maxClauseCount) in all,
 # the other legs' included; the LR legs keep a query's first 512 tokens likewise
 TEXT_QUERY_MAX_WORDS = 256
+# queries whose spec is keyed by the field they search ({"match": {"text": {...}}}): a
+# boost goes inside the field's object
+FIELD_KEYED_QUERIES = ("match", "knn", "neural", "neural_sparse", "term")
 
 Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
@@ -196,9 +199,12 @@ class EngineAdapter:
         ``depth`` hits collected per sub-query (default ``size``), ``size`` returned."""
         raise NotImplementedError
 
-    def text_query(self, text: str, *, filter: Filter = None) -> dict[str, Any]:
-        """BM25 baseline: ``multi_match`` over title and text (of a longer text, the first
-        :data:`TEXT_QUERY_MAX_WORDS` words, said once per adapter)."""
+    def text_query(self, text: str, *, filter: Filter = None,
+                   fields: Sequence[str] | None = None) -> dict[str, Any]:
+        """BM25 baseline: ``multi_match`` over ``fields`` (default title and text; one field:
+        a plain ``match``, which the engine can skip through where the two-field
+        ``multi_match``, a ``dis_max``, lets it skip less); of a longer text, the first
+        :data:`TEXT_QUERY_MAX_WORDS` words, said once per adapter."""
         words = text.split()
         if len(words) > TEXT_QUERY_MAX_WORDS:
             if not self._told_capped:
@@ -207,9 +213,72 @@ class EngineAdapter:
                             "(the engine refuses more than 1,024 clauses)", len(words),
                             TEXT_QUERY_MAX_WORDS)
             text = " ".join(words[:TEXT_QUERY_MAX_WORDS])
-        query: dict[str, Any] = {"multi_match": {"query": text, "fields": list(TEXT_FIELDS)}}
+        fields = list(TEXT_FIELDS if fields is None else fields)
+        unknown = sorted(set(fields) - set(TEXT_FIELDS))
+        if unknown or not fields:
+            raise ConfigError(f"BM25 searches the text fields {', '.join(TEXT_FIELDS)}; got "
+                              f"{fields!r}")
+        query: dict[str, Any] = ({"match": {fields[0]: {"query": text}}} if len(fields) == 1
+                                 else {"multi_match": {"query": text, "fields": fields}})
         clauses = filter_clauses(filter)
         return {"bool": {"must": [query], "filter": clauses}} if clauses else query
+
+    def one_query_blocker(self, config: FusionConfig) -> str | None:
+        """Why the legs of ``config`` cannot be searched as one ``bool`` query here (None:
+        they can; :meth:`calibrated_body`)."""
+        return None
+
+    def boosted_clauses(self, query: Mapping[str, Any], boost: float,
+                        filter: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        """``query`` (one leg's sub-query) as ``should`` clauses of one ``bool`` that score
+        ``boost`` x its score: a pure disjunction (the sparse leg's ``bool.should``) is
+        flattened, and the ``bool`` a leg wraps around itself to apply ``filter`` is dropped
+        (the one query applies it once), so the engine sees a flat disjunction it can skip
+        through (block-max WAND). Anything else keeps its form with the boost multiplied in."""
+        ((name, spec),) = query.items()
+        if name == "match_none":
+            return []
+        if name == "bool":
+            return self._boosted_bool(dict(spec), boost, [dict(f) for f in filter])
+        spec = dict(spec)
+        if name in FIELD_KEYED_QUERIES and len(spec) == 1 and "field" not in spec:
+            ((fld, inner),) = spec.items()
+            inner = dict(inner) if isinstance(inner, Mapping) else {"query": inner}
+            inner["boost"] = float(inner.get("boost", 1.0)) * boost
+            return [{name: {fld: inner}}]
+        spec["boost"] = float(spec.get("boost", 1.0)) * boost
+        return [{name: spec}]
+
+    def _boosted_bool(self, spec: dict[str, Any], boost: float,
+                      filter: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        whole = [{"bool": {**spec, "boost": float(spec.get("boost", 1.0)) * boost}}]
+        inner = float(spec.pop("boost", 1.0)) * boost
+        own = spec.pop("filter", [])
+        own = [own] if isinstance(own, Mapping) else list(own)
+        must, should = list(spec.pop("must", [])), list(spec.pop("should", []))
+        msm = spec.pop("minimum_should_match", None)
+        if spec or (own and own != filter):
+            return whole
+        if len(must) == 1 and not should:
+            return self.boosted_clauses(must[0], inner, filter)
+        if should and not must and msm in (None, 1, "1"):
+            return [c for q in should for c in self.boosted_clauses(q, inner, filter)]
+        return whole
+
+    def calibrated_body(self, legs: Sequence[Mapping[str, Any]], boosts: Sequence[float], *,
+                        size: int, filter: Filter = None, source: Any = None,
+                        timeout: str | None = None) -> dict[str, Any]:
+        """One ``bool`` of the legs' clauses, each boosted (``boosts``: weight / the leg's
+        calibrated scale, in leg order), the filter applied once, ``size`` hits: the
+        ``calibrated`` fusion's one search (no pipeline, no candidates)."""
+        flt = filter_clauses(filter)
+        should = [c for q, b in zip(legs, boosts, strict=True)
+                  for c in self.boosted_clauses(q, b, flt)]
+        query: dict[str, Any] = {"bool": {"should": should, "minimum_should_match": 1}}
+        if flt:
+            query["bool"]["filter"] = flt
+        return self.body(query if should else {"match_none": {}}, size=size, source=source,
+                         timeout=timeout)
 
     @staticmethod
     def body(

@@ -183,6 +183,13 @@ class OpenSearchAdapter(EngineAdapter):
             return "the OpenSearch cluster has no neural-search plugin (hybrid query)"
         return None
 
+    def one_query_blocker(self, config: FusionConfig) -> str | None:
+        if self._sparse_home is not None and any(
+                legs.get(name).input == TOKEN_WEIGHTS for name in config.legs):
+            return (f"the {SPARSE_VECTOR} layout keeps the sparse field in the companion index "
+                    f"{self._sparse_home[1]!r}, and one query searches one index")
+        return None
+
     def server_fusion_slower(self, documents: int) -> str | None:
         release = self.capabilities().release
         if documents < CLIENT_FUSION_MIN_DOCS or release >= HYBRID_SKIPS_FROM:

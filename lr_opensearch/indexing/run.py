@@ -165,8 +165,25 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
         dl.close()
     end_load(adapter, config, ck, state)
     summary.counts, summary.complete = state.counts, True
+    _calibrate(adapter, config, bundle)
     summary.extra["wall_s"] = time.perf_counter() - started  # with model loading, settings
     return summary
+
+
+def _calibrate(adapter: EngineAdapter, config: IngestConfig, bundle: Bundle) -> None:
+    """Measure the legs' score scales on the loaded index (``fusion="calibrated"``); with
+    several workers each is one of many writers, so none calibrates (it is said once)."""
+    from lr_opensearch.engine.calibration import calibrate
+
+    if config.workers > 1:
+        logger.info("%d workers: calibrate the index once all are done: lr index calibrate "
+                    "--index %s", config.workers, config.index)
+        return
+    try:
+        calibrate(adapter, config.index, bundle)
+    except (EngineError, ConfigError) as exc:
+        logger.warning("the index is loaded but not calibrated (%s); fusion='calibrated' needs "
+                       "`lr index calibrate --index %s`", exc, config.index)
 
 
 def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,

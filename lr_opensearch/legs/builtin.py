@@ -10,6 +10,7 @@ which had won with the first version of the fit). docs/RESULTS.md has the figure
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lr_opensearch.engine.scores import inner_product_from_score
@@ -30,12 +31,23 @@ def knn_sub_query(adapter: SubQueryBuilder, vector: Any, ctx: LegContext) -> dic
     return adapter.dense_query(vector, k=ctx.k, filter=ctx.filter, ef_search=ctx.ef_search)
 
 
+def heaviest(weights: Mapping[str, float], n: int | None) -> Mapping[str, float]:
+    """The ``n`` heaviest entries of a sparse query (ties by key; None: all of them)."""
+    if n is None or len(weights) <= n:
+        return weights
+    keep = sorted(weights.items(), key=lambda kv: (-float(kv[1]), kv[0]))[:n]
+    return dict(keep)
+
+
 def _sparse(adapter: SubQueryBuilder, weights: Any, ctx: LegContext) -> dict[str, Any]:
-    return adapter.sparse_query(weights, filter=ctx.filter, k=ctx.k, seismic=ctx.seismic)
+    return adapter.sparse_query(heaviest(weights, ctx.sparse_tokens), filter=ctx.filter,
+                                k=ctx.k, seismic=ctx.seismic)
 
 
 def _text(adapter: SubQueryBuilder, text: Any, ctx: LegContext) -> dict[str, Any]:
-    return adapter.text_query(text, filter=ctx.filter)
+    if ctx.text_fields is None:  # the adapter's default fields (and its older signature)
+        return adapter.text_query(text, filter=ctx.filter)
+    return adapter.text_query(text, filter=ctx.filter, fields=ctx.text_fields)
 
 
 def _neural(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext,

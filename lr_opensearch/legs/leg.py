@@ -26,7 +26,8 @@ class SubQueryBuilder(Protocol):
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Any = None,
                      k: int | None = None, seismic: Any = None) -> dict[str, Any]: ...
 
-    def text_query(self, text: str, *, filter: Any = None) -> dict[str, Any]: ...
+    def text_query(self, text: str, *, filter: Any = None,
+                   fields: tuple[str, ...] | None = None) -> dict[str, Any]: ...
 
 
 class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
@@ -43,12 +44,17 @@ class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
 class LegContext:
     """What a sub-query needs besides the query's input: knn ``k`` (the candidates), the
     caller's filter, HNSW ``ef_search``, the SEISMIC knobs of an index whose sparse field
-    has the ``sparse_vector`` layout (``lr_opensearch.engine.seismic.SeismicSearch``)."""
+    has the ``sparse_vector`` layout (``lr_opensearch.engine.seismic.SeismicSearch``), and
+    the query's shape: ``sparse_tokens`` (send only the query's that many heaviest sparse
+    tokens; None: all) and ``text_fields`` (the fields BM25 searches; None: title and
+    text). Fewer clauses let the engine skip more (the ``calibrated`` fusion's shape)."""
 
     k: int
     filter: Any = None
     ef_search: int | None = None
     seismic: Any = None
+    sparse_tokens: int | None = None
+    text_fields: tuple[str, ...] | None = None
 
 
 def _same(score: float) -> float:

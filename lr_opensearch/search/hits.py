@@ -157,6 +157,29 @@ def assemble_server(
     return hits
 
 
+def assemble_calibrated(
+    res: EngineResult,
+    parts: Sequence[EngineResult],
+    boosts: Mapping[str, float],
+    query_sparse: Mapping[str, float] | None,
+    req: SearchRequest,
+) -> list[Hit]:
+    """Hits of one ``calibrated`` query (score: the engine's sum of boosted leg scores);
+    ``parts`` (explain only: each leg's clause on the page's documents) supply each leg's
+    engine score and its calibrated score (``norm`` = engine score / the leg's scale, so
+    that ``sum(weight x norm)`` is the hit's score)."""
+    legs = req.legs
+    engine = _engine_scores(parts, legs) if parts else {}
+    weights = req.config.weights
+    hits = []
+    for pos, h in enumerate(res.hits[req.from_ : req.depth]):
+        mine = engine.get(hit_key(h), {})
+        norm = {name: s * boosts[name] / weights[name] for name, s in mine.items()}
+        hits.append(make_hit(h.ref, req.from_ + pos + 1, h.score, mine, norm, {}, h.source,
+                             query_sparse, req))
+    return hits
+
+
 def assemble_single(
     res: EngineResult, query_sparse: Mapping[str, float] | None, req: SearchRequest
 ) -> list[Hit]:

@@ -12,11 +12,17 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.engine.adapter import Filter
+from lr_opensearch.engine.calibration import Shape
 from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig
 from lr_opensearch.options import (
+    CALIBRATED,
+    CALIBRATED_SPARSE_TOKENS,
+    CALIBRATED_TEXT_FIELDS,
+    CALIBRATION_FORMS,
     COMBINATIONS,
+    DEFAULT_CALIBRATION_FORM,
     DEFAULT_CANDIDATES,
     DEFAULT_RERANK_DEPTH,
     FUSION_PATHS,
@@ -45,7 +51,16 @@ class SearchOptions:
         weights: per leg, ``{leg: weight}`` or a sequence in leg order; None: the bundle's.
         fusion: ``auto`` (the server when it can, except on large indexes where the
             engine's hybrid query cannot skip: see ``options.CLIENT_FUSION_MIN_DOCS``),
-            ``server`` or ``client``.
+            ``server``, ``client``, or ``calibrated``: one ``bool`` query of the legs'
+            clauses boosted by weight / the leg's scale measured on the index (``lr index
+            calibrate``; :mod:`lr_opensearch.engine.calibration`), ``k`` hits, no
+            normalisation; the dense leg's knn ``k`` is ``candidates``.
+        sparse_tokens / text_fields: the query's shape: send the sparse leg only the query's
+            that many heaviest tokens (0: all) and search BM25 on these text fields; None:
+            all tokens and title + text, except with ``fusion="calibrated"``, whose
+            default shape is ``options.CALIBRATED_SPARSE_TOKENS`` / ``CALIBRATED_TEXT_FIELDS``.
+        calibration_form: the calibration statistic the ``calibrated`` fusion divides by
+            (``options.CALIBRATION_FORMS``; None: ``DEFAULT_CALIBRATION_FORM``).
         semantics: fusion semantics (None: the bundle's); normalization, combination,
             rank_constant: see :func:`lr_opensearch.search.fusion.fuse`.
         candidates: hits each leg retrieves for fusion (at least ``from_ + k``).
@@ -74,6 +89,9 @@ class SearchOptions:
     combination: str = "arithmetic_mean"
     rank_constant: int = DEFAULT_RANK_CONSTANT
     candidates: int = DEFAULT_CANDIDATES
+    sparse_tokens: int | None = None
+    text_fields: Sequence[str] | None = None
+    calibration_form: str | None = None
     ef_search: int | None = None
     seismic_top_n: int | None = None
     seismic_heap_factor: float | None = None
@@ -101,10 +119,30 @@ class SearchOptions:
                     f"may ask the engine for (index.max_result_window, knn k); ask for fewer")
         choice("mode", self.mode, legs.modes())
         choice("fusion", self.fusion, FUSION_PATHS)
+        if self.sparse_tokens is not None:
+            _positive_int("sparse_tokens", self.sparse_tokens, 0)
+        if self.text_fields is not None:
+            if isinstance(self.text_fields, str):
+                object.__setattr__(self, "text_fields", (self.text_fields,))
+            Shape(None, tuple(self.text_fields))  # checks the fields
+        if self.calibration_form is not None:
+            choice("calibration form", self.calibration_form, CALIBRATION_FORMS)
         if self.semantics is not None:
             choice("fusion semantics", self.semantics, SEMANTICS)
         choice("normalization", self.normalization, NORMALIZATIONS)
         choice("combination", self.combination, COMBINATIONS)
+
+    def shape(self, path: str) -> Shape:
+        """The query shape on ``path`` (the ``calibrated`` path has its own default)."""
+        tokens, fields = self.sparse_tokens, self.text_fields
+        if path == CALIBRATED:
+            tokens = CALIBRATED_SPARSE_TOKENS if tokens is None else tokens
+            fields = CALIBRATED_TEXT_FIELDS if fields is None else fields
+        return Shape(tokens or None, tuple(fields) if fields is not None else None)
+
+    @property
+    def form(self) -> str:
+        return self.calibration_form or DEFAULT_CALIBRATION_FORM
 
     @property
     def seismic(self) -> SeismicSearch:
@@ -168,8 +206,14 @@ class SearchRequest:
 
     @property
     def size(self) -> int:
-        """Hits each leg retrieves: the candidates for fusion, the page for one leg."""
-        return max(self.options.candidates, self.depth) if self.path != "single" else self.depth
+        """Hits each leg retrieves: the candidates for fusion, the page for one leg (and for
+        the ``calibrated`` one query)."""
+        return self.depth if self.path in ("single", CALIBRATED) else max(
+            self.options.candidates, self.depth)
+
+    @property
+    def shape(self) -> Shape:
+        return self.options.shape(self.path)
 
     @property
     def legs(self) -> tuple[str, ...]:

@@ -32,13 +32,13 @@ from lr_opensearch.legs import (
     QUERY_VECTOR,
     TOKEN_WEIGHTS,
     FusionConfig,
-    LegContext,
     fusion_config,
 )
-from lr_opensearch.options import ENCODINGS, choice
+from lr_opensearch.options import CALIBRATED, ENCODINGS, choice
 from lr_opensearch.search.fusion import bundle_weights
 from lr_opensearch.search.hits import (
     Hit,
+    assemble_calibrated,
     assemble_client,
     assemble_server,
     assemble_single,
@@ -122,6 +122,7 @@ class Retriever:
         self._told: set[str] = set()
         self._shards: int | None = None
         self._documents: int | None = None
+        self._calibration: Any = None
         from lr_opensearch.search.rerank import as_stage
 
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
@@ -246,6 +247,8 @@ class Retriever:
         sparse = inputs.get(TOKEN_WEIGHTS)
         if req.path == "server":
             return self._run_server(sub, sparse, req)
+        if req.path == CALIBRATED:
+            return self._run_calibrated(sub, sparse, req)
         fetch = self._fetch_after(req)
         source = False if fetch else req.source
         if req.path == "single":
@@ -311,6 +314,9 @@ class Retriever:
                 requests = [{"method": "GET", "path": search, "body": self.adapter.hybrid_body(
                     pair, c, size=req.depth, depth=req.size, source=req.source,
                     timeout=req.timeout)}]
+            elif req.path == CALIBRATED:
+                requests = [{"method": "GET", "path": search,
+                             "body": self._calibrated_body(pair, req, req.source)}]
             elif req.path == "single":
                 requests = [{"method": "GET", "path": at(pair[0]), "body": self.adapter.body(
                     pair[0], size=req.depth, source=req.source, timeout=req.timeout)}]
@@ -386,6 +392,12 @@ class Retriever:
     def _resolve_path(self, fusion: str, config: FusionConfig) -> str:
         if fusion == "client":
             return "client"
+        if fusion == CALIBRATED:
+            why = self.adapter.one_query_blocker(config)
+            if why is not None:
+                raise ConfigError(f"fusion {CALIBRATED!r} is not possible: {why}; use "
+                                  "fusion='client'")
+            return CALIBRATED
         why = self.adapter.server_fusion_blocker(config)
         if why is not None and fusion == "server":
             raise ConfigError(f"server-side fusion is not possible: {why}; use fusion='client'")
@@ -426,8 +438,8 @@ class Retriever:
                      n: int) -> list[SubQueries]:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
-        ctx = LegContext(k=max(req.options.candidates, req.depth), filter=req.filter,
-                         ef_search=req.options.ef_search, seismic=req.options.seismic)
+        ctx = req.shape.context(max(req.options.candidates, req.depth), filter=req.filter,
+                                ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.cluster.requests import text_sub_queries
 
@@ -439,6 +451,60 @@ class Retriever:
         built = [leg_registry.get(name) for name in req.legs]
         return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
                 for i in range(n)]
+
+    def boosts(self, req: SearchRequest) -> dict[str, float]:
+        """Per searched leg, its clause's boost in the ``calibrated`` one query: weight /
+        the leg's scale, from the index's calibration (read once per retriever)."""
+        if self._calibration is None:
+            from lr_opensearch.engine.calibration import read_calibration
+
+            self._calibration = read_calibration(self.adapter, self.index)
+        return self._calibration.boosts(req.config.weights, self._calibrated_shape(req),
+                                        req.options.form, index=self.index)
+
+    def _calibrated_shape(self, req: SearchRequest) -> Any:
+        """The shape the scales are read for: in-cluster encoding sends every token (the
+        cluster's sparse model weighs them all)."""
+        shape = req.shape
+        if self.cluster is not None and shape.sparse_tokens is not None:
+            import dataclasses
+
+            shape = dataclasses.replace(shape, sparse_tokens=None)
+        return shape
+
+    def _calibrated_body(self, pair: SubQueries, req: SearchRequest, source: Any) -> dict[str, Any]:
+        boosts = self.boosts(req)
+        return self.adapter.calibrated_body(pair, [boosts[name] for name in req.legs],
+                                            size=req.depth, filter=req.filter, source=source,
+                                            timeout=req.timeout)
+
+    def _run_calibrated(self, sub: list[SubQueries], sparse: Sequence[Mapping[str, float]] | None,
+                        req: SearchRequest) -> list[list[Hit]]:
+        """One ``bool`` query per text; with ``explain``, each leg's clause again, restricted
+        to the page's documents, for its own engine score (its part of the sum)."""
+        bodies = [self._calibrated_body(pair, req, req.source) for pair in sub]
+        fused = self.adapter.msearch(self.index, bodies, what="calibrated search")
+        parts: list[list[EngineResult]] = [[] for _ in sub]
+        if req.explain:
+            parts = self._legs_on_page(sub, fused, req)
+        boosts = self.boosts(req)
+        return [assemble_calibrated(res, parts[i], boosts, sparse[i] if sparse is not None
+                                    else None, req) for i, res in enumerate(fused)]
+
+    def _legs_on_page(self, sub: list[SubQueries], fused: list[EngineResult],
+                      req: SearchRequest) -> list[list[EngineResult]]:
+        """Per query, each leg's clause as the one query has it, filtered to the page's
+        documents: the scores the ``bool`` summed (knn keeps its own k, as in the query)."""
+        bodies = []
+        for pair, res in zip(sub, fused, strict=True):
+            ids = [h.doc_id for h in res.hits[req.from_ : req.depth]]
+            for q in pair:
+                bodies.append(self.adapter.body(
+                    {"bool": {"must": [q], "filter": [{"ids": {"values": ids}}]}},
+                    size=max(1, len(ids)), source=False, timeout=req.timeout))
+        flat = self.adapter.msearch(self.index, bodies, what="calibrated explain")
+        n = len(req.legs)
+        return [flat[i * n : (i + 1) * n] for i in range(len(sub))]
 
     def _cluster_record(self, client: Any, index: str) -> dict[str, Any]:
         """The index's in-cluster model record, its models checked to be served."""

@@ -1,0 +1,230 @@
+"""The ``calibrated`` fusion: per-leg scales measured on the index, the hybrid as one
+``bool`` query. Unit tests of the clause shaping, then the real OpenSearch node: the
+calibration record, the one query's scores against independently computed sums, explain,
+the request ``--dsl`` prints, the filter, and the refusal without a calibration."""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+
+from lr_opensearch import legs
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.bundle.keys import encode_key
+from lr_opensearch.engine.calibration import (
+    CALIBRATION_KEY,
+    Shape,
+    calibrate,
+    leg_key,
+    pseudo_queries,
+    read_calibration,
+    sample_documents,
+)
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.scores import score_from_inner_product
+from lr_opensearch.engine.templates import META_KEY
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs.builtin import heaviest
+from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
+from lr_opensearch.search import Retriever
+from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
+
+pytestmark = pytest.mark.node
+
+N_DOCS = 40
+QUERIES = ["paris tower", "boundary layer heat transfer flow", "doctors treat patients"]
+
+
+# ---- no node ---------------------------------------------------------------------------
+def test_calibrated_is_a_fusion_path() -> None:
+    assert CALIBRATED in FUSION_PATHS
+
+
+def test_heaviest_keeps_the_largest_weights() -> None:
+    w = {"a": 1.0, "b": 3.0, "c": 2.0, "d": 2.0}
+    assert heaviest(w, 2) == {"b": 3.0, "c": 2.0}  # ties by key
+    assert heaviest(w, None) is w and heaviest(w, 9) is w
+
+
+def test_leg_keys_name_the_shape() -> None:
+    assert leg_key("dense", Shape(5, ("text",))) == "dense"
+    assert leg_key("sparse", Shape(5, ("text",))) == "sparse@5"
+    assert leg_key("bm25", Shape(5, ("text",))) == "bm25@text"
+    assert leg_key("bm25", Shape(None, ("text", "title"))) == "bm25"  # the leg's own fields
+    with pytest.raises(ConfigError, match="text_fields"):
+        Shape(None, ("body",))
+    with pytest.raises(ConfigError, match="sparse_tokens"):
+        Shape(0)
+
+
+def test_one_query_flattens_the_legs_and_applies_the_filter_once() -> None:
+    adapter = OpenSearchAdapter(None)
+    flt = {"term": {"metadata.group": "a"}}
+    ctx = legs.LegContext(k=30, filter=flt, sparse_tokens=2, text_fields=("text",))
+    sub = [legs.get("dense").sub_query(adapter, np.ones(4, np.float32), ctx),
+           legs.get("sparse").sub_query(adapter, {"k1": 1.0, "k2": 3.0, "k3": 2.0}, ctx),
+           legs.get("bm25").sub_query(adapter, "heat flow", ctx)]
+    body = adapter.calibrated_body(sub, [0.5, 2.0, 0.25], size=10, filter=flt)
+    q = body["query"]["bool"]
+    assert body["size"] == 10 and "search_pipeline" not in body
+    assert q["filter"] == [flt] and q["minimum_should_match"] == 1
+    knn, *features, match = q["should"]
+    assert knn["knn"]["lr_dense"]["boost"] == 0.5 and knn["knn"]["lr_dense"]["k"] == 30
+    assert knn["knn"]["lr_dense"]["filter"] == flt  # the knn pre-filter stays (k after it)
+    assert [f["rank_feature"]["field"] for f in features] == ["lr_sparse.k2", "lr_sparse.k3"]
+    assert [f["rank_feature"]["boost"] for f in features] == [6.0, 4.0]  # count x leg boost
+    assert match == {"match": {"text": {"query": "heat flow", "boost": 0.25}}}
+
+
+# ---- the node --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
+    """(bundle, index, vectors [N, 16], sparse maps) on the node, calibrated; deleted after."""
+    tok = wordpiece_tokenizer(padding=False)
+    bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3))
+    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
+    sparse, ops = [], []
+    index = f"lr-test-calibrated-{uuid.uuid4().hex[:8]}"
+    OpenSearchAdapter(os_client).create_index(index, bundle)
+    for i in range(N_DOCS):
+        tokens = rng.choice(vocab, size=8, replace=False)
+        sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}
+        sparse.append(sp)
+        sentence = SENTENCES[i % len(SENTENCES)]
+        ops += [{"index": {"_index": index, "_id": f"d{i:02d}"}},
+                {"lr_dense": vectors[i].tolist(), "lr_sparse": sp,
+                 "title": f"doc {i} {tokens[0]} {tokens[1]}",
+                 "text": f"{sentence}. {' '.join(tokens)}",
+                 "metadata": {"group": "a" if i % 3 else "b"}}]
+    assert not os_client.bulk(body=ops, refresh=True)["errors"]
+    yield bundle, index, vectors, sparse
+    os_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="module")
+def calibrated(corpus: Any, os_client: Any) -> Any:
+    bundle, index, *_ = corpus
+    return calibrate(OpenSearchAdapter(os_client), index, bundle, sample_docs=N_DOCS)
+
+
+def test_calibration_is_recorded_with_how_it_was_measured(
+        corpus: Any, calibrated: Any, os_client: Any) -> None:
+    bundle, index, *_ = corpus
+    meta = os_client.indices.get_mapping(index=index)[index]["mappings"]["_meta"]
+    assert meta[META_KEY]["bundle_id"] == bundle.bundle_id  # the other _meta stays
+    record = read_calibration(OpenSearchAdapter(os_client), index)
+    assert record.to_meta() == meta[CALIBRATION_KEY]
+    assert {"dense", "sparse", "bm25", f"sparse@{CALIBRATED_SPARSE_TOKENS}",
+            "bm25@text"} <= set(record.legs)
+    m = record.method
+    assert m["sampled_documents"] == N_DOCS and m["documents"] == N_DOCS
+    assert m["pseudo_queries"] > N_DOCS and m["bundle_id"] == bundle.bundle_id
+    for leg in record.legs.values():
+        assert leg.queries > 0 and leg.top1_mean >= leg.top10_mean > 0.0
+
+
+def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, os_client: Any) -> None:
+    """The BM25 and dense scales equal the mean top-1 score of each leg searched alone
+    (through the retriever's one-leg mode) for the same pseudo-queries."""
+    bundle, index, *_ = corpus
+    adapter = OpenSearchAdapter(os_client)
+    texts = pseudo_queries(sample_documents(adapter, index, N_DOCS, 0), 0)
+    r = Retriever(bundle, os_client, index)
+    for leg, over in (("bm25", {"text_fields": ("text",)}), ("dense", {})):
+        tops = [hits[0].scores[leg] if leg == "bm25" else
+                score_from_inner_product(hits[0].scores[leg])
+                for hits in r.search(texts, k=1, mode=leg, **over) if hits]
+        key = "bm25@text" if leg == "bm25" else leg
+        assert calibrated.legs[key].top1_mean == pytest.approx(statistics.fmean(tops), rel=1e-5)
+        assert calibrated.legs[key].queries == len(tops)
+
+
+def test_one_query_scores_are_the_boosted_sum_of_the_legs(
+        corpus: Any, calibrated: Any, os_client: Any) -> None:
+    """Each hit's score = sum over legs of weight / scale x that leg's engine score, the
+    legs computed independently: numpy inner products, exact sparse dot products of the
+    heaviest tokens, BM25 from the one-leg search on the same field."""
+    bundle, index, vectors, sparse = corpus
+    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    weights = dict(r.defaults.weights)
+    shape = Shape(CALIBRATED_SPARSE_TOKENS, ("text",))
+    for text in QUERIES:
+        q = r.encoder.encode(text)
+        top = heaviest(q.sparse, CALIBRATED_SPARSE_TOKENS)
+        bm25 = {h.doc_id: h.scores["bm25"]
+                for h in r.search(text, k=N_DOCS, mode="bm25", text_fields=("text",))}
+        want = {}
+        for i in range(N_DOCS):  # knn k = 50 candidates >= 40 documents: every doc has it
+            doc = f"d{i:02d}"
+            parts = {"dense": score_from_inner_product(float(vectors[i] @ q.dense)),
+                     "sparse": sum(c * sparse[i].get(k, 0.0) for k, c in top.items()),
+                     "bm25": bm25.get(doc, 0.0)}
+            want[doc] = sum(weights[leg] / calibrated.scale(leg_key(leg, shape)) * s
+                            for leg, s in parts.items() if weights.get(leg))
+        hits = r.search(text, k=10)
+        assert len(hits) == 10
+        for h in hits:
+            assert h.score == pytest.approx(want[h.doc_id], rel=4 * LUCENE_FEATURE_REL_TOL)
+        best = sorted(want, key=lambda d: -want[d])[:3]
+        assert hits[0].doc_id in best
+
+
+def test_explain_shows_each_legs_part_of_the_sum(corpus: Any, calibrated: Any,
+                                                 os_client: Any) -> None:
+    bundle, index, *_ = corpus
+    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    weights = r.defaults.weights
+    hits = r.search(QUERIES[1], k=5, explain=True)
+    for h in hits:
+        ex = h.explanation
+        assert ex is not None and ex.fused == h.score
+        parts = [weights[leg] * part.norm for leg, part in ex.legs.items() if part.norm is not None]
+        assert parts and sum(parts) == pytest.approx(h.score, rel=1e-5)
+        dense = ex.leg("dense")
+        assert dense.engine_score is not None and dense.score == pytest.approx(
+            legs.get("dense").score(dense.engine_score))
+
+
+def test_dsl_is_one_request_that_gives_the_same_hits(corpus: Any, calibrated: Any,
+                                                     os_client: Any) -> None:
+    bundle, index, *_ = corpus
+    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    (plan,) = r.dsl(QUERIES[0], k=5)
+    assert plan["path"] == CALIBRATED and len(plan["requests"]) == 1
+    req = plan["requests"][0]
+    assert req["path"] == f"/{index}/_search" and "bool" in req["body"]["query"]
+    sent = os_client.search(index=index, body=req["body"])["hits"]["hits"]
+    assert [h["_id"] for h in sent] == [h.doc_id for h in r.search(QUERIES[0], k=5)]
+
+
+def test_filter_paging_and_full_shape(corpus: Any, calibrated: Any, os_client: Any) -> None:
+    bundle, index, *_ = corpus
+    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    flt = {"term": {"metadata.group": "b"}}
+    hits = r.search(QUERIES[2], k=5, filter=flt)
+    assert hits and all(h.source["metadata"]["group"] == "b" for h in hits)
+    page = r.search(QUERIES[2], k=3, from_=2)
+    assert [h.doc_id for h in page] == [h.doc_id for h in r.search(QUERIES[2], k=5)][2:]
+    assert [h.rank for h in page] == [3, 4, 5]
+    full = r.search(QUERIES[2], k=5, sparse_tokens=0, text_fields=("title", "text"))
+    assert len(full) == 5  # the full shape is calibrated too ("sparse", "bm25")
+
+
+def test_an_index_without_calibration_is_refused_with_the_command(
+        corpus: Any, os_client: Any, tmp_path: Any) -> None:
+    bundle, index, *_ = corpus
+    other = f"{index}-raw"
+    OpenSearchAdapter(os_client).create_index(other, bundle)
+    try:
+        r = Retriever(bundle, os_client, other, fusion=CALIBRATED)
+        with pytest.raises(ConfigError, match=f"lr index calibrate --index {other}"):
+            r.search(QUERIES[0])
+    finally:
+        os_client.indices.delete(index=other, ignore_unavailable=True)
