@@ -25,6 +25,7 @@ from lr_opensearch.engine.calibration import (
     read_calibration,
     sample_documents,
 )
+from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.engine.templates import META_KEY
@@ -82,9 +83,17 @@ def test_one_query_flattens_the_legs_and_applies_the_filter_once() -> None:
 
 
 # ---- the node --------------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["opensearch", "elasticsearch"])
+def engine_client(request: pytest.FixtureRequest) -> Any:
+    """The OpenSearch node, then the Elasticsearch 9.1 node (basic licence)."""
+    return request.getfixturevalue("os_client" if request.param == "opensearch" else "es_client")
+
+
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
-    """(bundle, index, vectors [N, 16], sparse maps) on the node, calibrated; deleted after."""
+def corpus(tmp_path_factory: pytest.TempPathFactory, engine_client: Any) -> Any:
+    """(bundle, index, vectors [N, 16], sparse maps) on the node; deleted after."""
+    os_client = engine_client
+    adapter = make_adapter(os_client)
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3))
     vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
@@ -92,7 +101,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
     vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
     sparse, ops = [], []
     index = f"lr-test-calibrated-{uuid.uuid4().hex[:8]}"
-    OpenSearchAdapter(os_client).create_index(index, bundle)
+    adapter.create_index(index, bundle)
     for i in range(N_DOCS):
         tokens = rng.choice(vocab, size=8, replace=False)
         sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}
@@ -103,23 +112,27 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
                  "title": f"doc {i} {tokens[0]} {tokens[1]}",
                  "text": f"{sentence}. {' '.join(tokens)}",
                  "metadata": {"group": "a" if i % 3 else "b"}}]
-    assert not os_client.bulk(body=ops, refresh=True)["errors"]
+    if adapter.engine == "opensearch":
+        assert not os_client.bulk(body=ops, refresh=True)["errors"]
+    else:
+        assert not os_client.bulk(operations=ops, refresh=True)["errors"]
     yield bundle, index, vectors, sparse
     os_client.indices.delete(index=index, ignore_unavailable=True)
 
 
 @pytest.fixture(scope="module")
-def calibrated(corpus: Any, os_client: Any) -> Any:
+def calibrated(corpus: Any, engine_client: Any) -> Any:
     bundle, index, *_ = corpus
-    return calibrate(OpenSearchAdapter(os_client), index, bundle, sample_docs=N_DOCS)
+    return calibrate(make_adapter(engine_client), index, bundle, sample_docs=N_DOCS)
 
 
 def test_calibration_is_recorded_with_how_it_was_measured(
-        corpus: Any, calibrated: Any, os_client: Any) -> None:
+        corpus: Any, calibrated: Any, engine_client: Any) -> None:
     bundle, index, *_ = corpus
-    meta = os_client.indices.get_mapping(index=index)[index]["mappings"]["_meta"]
+    adapter = make_adapter(engine_client)
+    meta = adapter.index_mapping(index)["_meta"]
     assert meta[META_KEY]["bundle_id"] == bundle.bundle_id  # the other _meta stays
-    record = read_calibration(OpenSearchAdapter(os_client), index)
+    record = read_calibration(adapter, index)
     assert record.to_meta() == meta[CALIBRATION_KEY]
     assert {"dense", "sparse", "bm25", f"sparse@{CALIBRATED_SPARSE_TOKENS}",
             "bm25@text"} <= set(record.legs)
@@ -130,13 +143,13 @@ def test_calibration_is_recorded_with_how_it_was_measured(
         assert leg.queries > 0 and leg.top1_mean >= leg.top10_mean > 0.0
 
 
-def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, os_client: Any) -> None:
+def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, engine_client: Any) -> None:
     """The BM25 and dense scales equal the mean top-1 score of each leg searched alone
     (through the retriever's one-leg mode) for the same pseudo-queries."""
     bundle, index, *_ = corpus
-    adapter = OpenSearchAdapter(os_client)
+    adapter = make_adapter(engine_client)
     texts = pseudo_queries(sample_documents(adapter, index, N_DOCS, 0), 0)
-    r = Retriever(bundle, os_client, index)
+    r = Retriever(bundle, engine_client, index)
     for leg, over in (("bm25", {"text_fields": ("text",)}), ("dense", {})):
         tops = [hits[0].scores[leg] if leg == "bm25" else
                 score_from_inner_product(hits[0].scores[leg])
@@ -147,12 +160,12 @@ def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, os_cli
 
 
 def test_one_query_scores_are_the_boosted_sum_of_the_legs(
-        corpus: Any, calibrated: Any, os_client: Any) -> None:
+        corpus: Any, calibrated: Any, engine_client: Any) -> None:
     """Each hit's score = sum over legs of weight / scale x that leg's engine score, the
     legs computed independently: numpy inner products, exact sparse dot products of the
     heaviest tokens, BM25 from the one-leg search on the same field."""
     bundle, index, vectors, sparse = corpus
-    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    r = Retriever(bundle, engine_client, index, fusion=CALIBRATED)
     weights = dict(r.defaults.weights)
     shape = Shape(CALIBRATED_SPARSE_TOKENS, ("text",))
     for text in QUERIES:
@@ -177,9 +190,9 @@ def test_one_query_scores_are_the_boosted_sum_of_the_legs(
 
 
 def test_explain_shows_each_legs_part_of_the_sum(corpus: Any, calibrated: Any,
-                                                 os_client: Any) -> None:
+                                                 engine_client: Any) -> None:
     bundle, index, *_ = corpus
-    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    r = Retriever(bundle, engine_client, index, fusion=CALIBRATED)
     weights = r.defaults.weights
     hits = r.search(QUERIES[1], k=5, explain=True)
     for h in hits:
@@ -193,20 +206,20 @@ def test_explain_shows_each_legs_part_of_the_sum(corpus: Any, calibrated: Any,
 
 
 def test_dsl_is_one_request_that_gives_the_same_hits(corpus: Any, calibrated: Any,
-                                                     os_client: Any) -> None:
+                                                     engine_client: Any) -> None:
     bundle, index, *_ = corpus
-    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    r = Retriever(bundle, engine_client, index, fusion=CALIBRATED)
     (plan,) = r.dsl(QUERIES[0], k=5)
     assert plan["path"] == CALIBRATED and len(plan["requests"]) == 1
     req = plan["requests"][0]
     assert req["path"] == f"/{index}/_search" and "bool" in req["body"]["query"]
-    sent = os_client.search(index=index, body=req["body"])["hits"]["hits"]
-    assert [h["_id"] for h in sent] == [h.doc_id for h in r.search(QUERIES[0], k=5)]
+    (sent,) = make_adapter(engine_client).msearch(index, [req["body"]])
+    assert [h.doc_id for h in sent.hits] == [h.doc_id for h in r.search(QUERIES[0], k=5)]
 
 
-def test_filter_paging_and_full_shape(corpus: Any, calibrated: Any, os_client: Any) -> None:
+def test_filter_paging_and_full_shape(corpus: Any, calibrated: Any, engine_client: Any) -> None:
     bundle, index, *_ = corpus
-    r = Retriever(bundle, os_client, index, fusion=CALIBRATED)
+    r = Retriever(bundle, engine_client, index, fusion=CALIBRATED)
     flt = {"term": {"metadata.group": "b"}}
     hits = r.search(QUERIES[2], k=5, filter=flt)
     assert hits and all(h.source["metadata"]["group"] == "b" for h in hits)
@@ -218,13 +231,13 @@ def test_filter_paging_and_full_shape(corpus: Any, calibrated: Any, os_client: A
 
 
 def test_an_index_without_calibration_is_refused_with_the_command(
-        corpus: Any, os_client: Any, tmp_path: Any) -> None:
+        corpus: Any, engine_client: Any, tmp_path: Any) -> None:
     bundle, index, *_ = corpus
     other = f"{index}-raw"
-    OpenSearchAdapter(os_client).create_index(other, bundle)
+    make_adapter(engine_client).create_index(other, bundle)
     try:
-        r = Retriever(bundle, os_client, other, fusion=CALIBRATED)
+        r = Retriever(bundle, engine_client, other, fusion=CALIBRATED)
         with pytest.raises(ConfigError, match=f"lr index calibrate --index {other}"):
             r.search(QUERIES[0])
     finally:
-        os_client.indices.delete(index=other, ignore_unavailable=True)
+        engine_client.indices.delete(index=other, ignore_unavailable=True)

@@ -97,6 +97,7 @@ def test_lr_eval_end_to_end(
             "lr-hybrid+rerank", "bm25+rerank", "xtr", "xtr+rerank"}
         assert set(default_runs()) == {
             "bm25", "full-dense", "lr-dense", "lr-sparse", "lr-hybrid", "lr-hybrid-linear",
+            "lr-hybrid-calibrated",
             "lr-dense+sparse", "lr-dense+bm25", "lr-dense+sparse+bm25", "full-hybrid",
         }
         qrels = load_beir(data).qrels

@@ -26,6 +26,9 @@ from lr_opensearch.options import DEFAULT_EVAL_DEPTH, DEFAULT_RERANK_DEPTH
 
 HYBRID_RUN = "lr-hybrid"
 LINEAR_RUN = "lr-hybrid-linear"
+# lr-hybrid's legs and weights as one bool query (fusion="calibrated": each leg boosted by
+# weight / its scale measured on the index; the index is calibrated first if it is not)
+CALIBRATED_RUN = "lr-hybrid-calibrated"
 REFERENCE_RUN = "full-hybrid"
 RERANK_SUFFIX = "+rerank"
 XTR_RUN = "xtr"
@@ -51,7 +54,8 @@ def leg_runs() -> dict[str, str]:
 
 def run_names() -> tuple[str, ...]:
     """Every run ``lr eval`` knows."""
-    return (*leg_runs(), HYBRID_RUN, LINEAR_RUN, *NAMED_HYBRIDS, REFERENCE_RUN, *MODEL_RUNS)
+    return (*leg_runs(), HYBRID_RUN, LINEAR_RUN, CALIBRATED_RUN, *NAMED_HYBRIDS, REFERENCE_RUN,
+            *MODEL_RUNS)
 
 
 def default_runs() -> tuple[str, ...]:

@@ -9,7 +9,9 @@ Runs (names as in the JSON report):
 * ``lr-dense`` / ``lr-sparse``: the bundle's query encoder, one side only.
 * ``lr-hybrid``: the bundle's default legs, weights and semantics (new bundles: dense 0.4
   / sparse 0.2 / BM25 0.4, ``opensearch``), fusion path ``auto``; ``lr-hybrid-linear``:
-  the same legs with the reference ``linear`` semantics.
+  the same legs with the reference ``linear`` semantics; ``lr-hybrid-calibrated``: the
+  same legs and weights as one ``bool`` query (``fusion="calibrated"``, the index's
+  calibration, measured first when the index has none; its default query shape).
 * ``lr-dense+sparse``, ``lr-dense+bm25``, ``lr-dense+sparse+bm25``: fixed legs with the
   weights of :data:`~lr_opensearch.evaluation.config.NAMED_HYBRIDS` (chosen on SciFact
   train queries).
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import legs
 from lr_opensearch.engine.scores import score_from_inner_product
+from lr_opensearch.options import CALIBRATED
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import (
     Dataset,
@@ -53,6 +56,7 @@ from lr_opensearch.evaluation.beir import (
     write_trec,
 )
 from lr_opensearch.evaluation.config import (
+    CALIBRATED_RUN,
     HYBRID_RUN,
     LINEAR_RUN,
     NAMED_HYBRIDS,
@@ -120,6 +124,17 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
     return "ingested"
 
 
+def ensure_calibrated(client: Any, bundle: Bundle, index: str) -> None:
+    """Calibrate ``index`` if its ``_meta`` holds no calibration (an index ingested before
+    calibrations existed)."""
+    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate
+
+    adapter = make_adapter(client)
+    if not adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY):
+        calibrate(adapter, index, bundle)
+
+
 def _batched(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -160,6 +175,7 @@ def run_searches(
         run: partial(_search, retriever, k, {"mode": leg}) for run, leg in leg_runs().items()}
     searches[HYBRID_RUN] = partial(_search, retriever, k, {})
     searches[LINEAR_RUN] = partial(_search, retriever, k, {"semantics": "linear"})
+    searches[CALIBRATED_RUN] = partial(_search, retriever, k, {"fusion": CALIBRATED})
     for name, weights in NAMED_HYBRIDS.items():
         searches[name] = partial(_search, retriever, k, {"weights": weights})
     searches[REFERENCE_RUN] = partial(_search, retriever, k, {
@@ -281,6 +297,8 @@ def evaluate(
     dataset = first_queries(load_beir(dataset_dir, config.split), config.max_queries)
     index = index or default_index_name(dataset, bundle)
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
+    if CALIBRATED_RUN in config.runs:
+        ensure_calibrated(client, bundle, index)
     from lr_opensearch.engine.adapters import client_engine
     from lr_opensearch.instructions import dataset_instruction
 
