@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import legs
 from lr_opensearch.engine.scores import score_from_inner_product
-from lr_opensearch.options import CALIBRATED
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import (
     Dataset,
@@ -66,6 +65,7 @@ from lr_opensearch.evaluation.config import (
 )
 from lr_opensearch.evaluation.model_runs import StageClock, model_searches
 from lr_opensearch.evaluation.model_runs import hits_of as _hits
+from lr_opensearch.options import CALIBRATED
 from lr_opensearch.progress import progress_bar
 from lr_opensearch.search.fusion import bundle_weights, fuse
 
