@@ -241,3 +241,28 @@ def test_an_index_without_calibration_is_refused_with_the_command(
             r.search(QUERIES[0])
     finally:
         engine_client.indices.delete(index=other, ignore_unavailable=True)
+
+
+def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: Any,
+                                   request: pytest.FixtureRequest, capsys: Any) -> None:
+    """``lr search --fusion calibrated``: --explain shows each leg's calibrated part,
+    --dsl the one request and its boosts; ``lr index calibrate`` prints the scales."""
+    from lr_opensearch.cli import main
+
+    bundle, index, *_ = corpus
+    engine = make_adapter(engine_client).engine
+    url = request.getfixturevalue("opensearch_url" if engine == "opensearch" else "es_url")
+    where = ["--url", url]
+    common = ["search", "--bundle", str(bundle.path), "--index", index, *where,
+              "--fusion", CALIBRATED]
+    assert main([*common, "--k", "3", "--explain", QUERIES[1]]) == 0
+    text = capsys.readouterr().out
+    assert "(calibrated " in text and "dense ip" in text
+    assert main([*common, "--dsl", QUERIES[1]]) == 0
+    text = capsys.readouterr().out
+    assert text.count("GET /") == 1 and "boosts [" in text and '"minimum_should_match": 1' in text
+    assert main(["index", "calibrate", "--index", index, "--bundle", str(bundle.path), *where,
+                 "--sample-docs", "10", "--sparse-tokens", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "sparse@3" in text and "bm25@text" in text
+    assert "sparse@3" in read_calibration(make_adapter(engine_client), index).legs

@@ -30,6 +30,9 @@ from lr_opensearch.cli.common import (
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import parse_weights
 from lr_opensearch.options import (
+    CALIBRATED,
+    CALIBRATED_SPARSE_TOKENS,
+    CALIBRATED_TEXT_FIELDS,
     CLIENT_FUSION_MIN_DOCS,
     DEFAULT_CANDIDATES,
     DEFAULT_RERANK_DEPTH,
@@ -97,10 +100,15 @@ def format_dsl(plan: dict[str, Any]) -> str:
     f = plan["fusion"]
     how = {"server": f"{plan['engine']} fuses these legs itself",
            "client": "fused client side by lr_opensearch.search.fusion",
-           "single": "one leg alone"}[plan["path"]]
+           "single": "one leg alone",
+           CALIBRATED: "one bool query: each leg's clause boosted by weight / its scale "
+                       "calibrated on the index"}[plan["path"]]
     lines = [f"# query: {json.dumps(plan['query'], ensure_ascii=False)}",
              f"# legs {', '.join(f['legs'])}, weights {f['weights']}, semantics "
              f"{f['semantics']}, {f['normalization']} + {f['combination']}: {how}"]
+    if plan["path"] == CALIBRATED:
+        lines[-1] = (f"# legs {', '.join(f['legs'])}, weights {f['weights']}, boosts "
+                     f"{[round(b, 6) for b in f['boosts']]}: {how}")
     for r in plan["requests"]:
         if "leg" in r:
             lines.append(f"# leg: {r['leg']}")
@@ -138,6 +146,8 @@ def _explain_lines(e: Explanation) -> list[str]:
         label = f"{name} {leg.score_label}".strip()
         if mine.score is None:
             return f"{label} -"
+        if mine.rank is None and mine.norm is not None:  # calibrated: its part of the sum
+            return f"{label} {mine.score:.4f} (calibrated {mine.norm:.4f})"
         extra = f", norm {mine.norm:.4f}" if mine.norm is not None else ""
         return f"{label} {mine.score:.4f} (rank {mine.rank}{extra})"
 
@@ -213,6 +223,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     options = SearchOptions(
         k=args.k, from_=args.from_, mode=args.mode, weights=_weights(args.weights),
         fusion=args.fusion, semantics=args.semantics, candidates=args.candidates,
+        sparse_tokens=args.sparse_tokens,
+        text_fields=tuple(args.text_fields.split(",")) if args.text_fields else None,
         ef_search=args.ef_search, filter=_filter(args.filter), timeout=args.timeout,
         explain=args.explain, instruction=args.instruction, rerank_depth=args.rerank_depth,
         rerank_budget_s=args.rerank_budget)
@@ -272,7 +284,8 @@ def register(subparsers: Any) -> None:
         help="hybrid fusion path (auto: the server when the cluster has neural-search, "
         f"except client side from {CLIENT_FUSION_MIN_DOCS:,} documents on OpenSearch "
         f"before {'.'.join(map(str, HYBRID_SKIPS_FROM))}, whose hybrid query cannot skip; "
-        "same ranking)",
+        f"same ranking); {CALIBRATED}: one bool query, each leg boosted by weight / its "
+        "scale measured on the index (lr index calibrate)",
     )
     p.add_argument(
         "--semantics",
@@ -287,6 +300,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
                    help=f"hits per sub-query (default {DEFAULT_CANDIDATES})")
     p.add_argument("--ef-search", type=int, default=None, help="HNSW ef_search for the knn query")
+    p.add_argument("--sparse-tokens", type=int, default=None, metavar="N",
+                   help="send the sparse leg the query's N heaviest tokens only (0: all; "
+                   f"default all, with --fusion {CALIBRATED} {CALIBRATED_SPARSE_TOKENS})")
+    p.add_argument("--text-fields", default=None, metavar="F[,F]",
+                   help="the fields BM25 searches (default title,text; with --fusion "
+                   f"{CALIBRATED} {','.join(CALIBRATED_TEXT_FIELDS or ('title', 'text'))})")
     p.add_argument("--sparse-min-idf", type=float, default=0.0, metavar="X",
                    help="leave query tokens with IDF below X out of the sparse leg (default 0: "
                         "keep all; needs a fitted bundle's IDF weights)")

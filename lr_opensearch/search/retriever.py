@@ -328,12 +328,13 @@ class Retriever:
                                                timeout=req.timeout)}
                     for leg, q in zip(req.legs, pair, strict=True)
                     for shard in self._shard_ids(req)]
+            fusion = {"legs": list(req.legs), "weights": list(c.leg_weights),
+                      "semantics": c.semantics, "normalization": c.normalization,
+                      "combination": c.combination, "rank_constant": c.rank_constant}
+            if req.path == CALIBRATED:
+                fusion["boosts"] = [self.boosts(req)[name] for name in req.legs]
             out.append({"query": text, "path": req.path, "engine": self.adapter.engine,
-                        "fusion": {"legs": list(req.legs), "weights": list(c.leg_weights),
-                                   "semantics": c.semantics, "normalization": c.normalization,
-                                   "combination": c.combination,
-                                   "rank_constant": c.rank_constant},
-                        "requests": requests})
+                        "fusion": fusion, "requests": requests})
         return out
 
     def _search_legs(
