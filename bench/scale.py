@@ -14,8 +14,9 @@ vectors precomputed (bulk only, no model; refresh off while loading), then timed
 - one client: every query of the dataset's ``--split`` (train by default; texts only,
   no judgment is read) in turn through every shape - BM25 at size 10 (what users run
   today), each leg alone at size C, LR hybrid with server fusion and with client fusion
-  at C candidates, for each C - shapes interleaved per query so drift hits all alike:
-  p50 / p99 ms;
+  at C candidates, and the one calibrated ``bool`` query (``fusion="calibrated"``, knn k =
+  C; its default shape and the full one), for each C - shapes interleaved per query so
+  drift hits all alike: p50 / p99 ms (each index is calibrated once, after its build);
 - ``--clients`` threads for ``--seconds`` per shape: QPS, p50 / p99 ms.
 
 Reports index size, segments and build time per size, prints the hybrid / BM25 ratios
@@ -143,12 +144,21 @@ def index_stats(client: Any, name: str) -> dict[str, Any]:
 
 def shapes_for(leg_names: list[str], cs: list[int]) -> list[tuple[str, dict[str, Any]]]:
     """(shape name, search overrides) for every shape the bench times."""
+    from lr_opensearch.options import CALIBRATED
+
     out: list[tuple[str, dict[str, Any]]] = [("bm25@10", {"mode": "bm25", "k": 10})]
     for c in cs:
         out += [(f"{leg}@{c}", {"mode": leg, "k": c}) for leg in leg_names
                 if f"{leg}@{c}" != out[0][0]]
         out += [(f"hybrid-{f}@{c}", {"mode": "hybrid", "fusion": f, "candidates": c, "k": 10})
                 for f in ("server", "client")]
+        # the one calibrated bool query (knn k = c): its default shape, and the full one
+        # (every sparse token, BM25 over title + text)
+        out += [(f"calibrated@{c}", {"mode": "hybrid", "fusion": CALIBRATED, "candidates": c,
+                                     "k": 10}),
+                (f"calibrated-full@{c}", {"mode": "hybrid", "fusion": CALIBRATED,
+                                          "candidates": c, "k": 10, "sparse_tokens": 0,
+                                          "text_fields": ("title", "text")})]
     return out
 
 
@@ -189,6 +199,10 @@ def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int,
     modes = {"bm25": one["bm25@10"], "hybrid": one[f"hybrid-{auto_path}@{c}"],
              "hybrid_server": one[f"hybrid-server@{c}"],
              "hybrid_client": one[f"hybrid-client@{c}"]}
+    for mode, shape in (("calibrated", f"calibrated@{c}"), ("calibrated_full",
+                                                             f"calibrated-full@{c}")):
+        if shape in one:  # (sizes timed before the calibrated fusion existed have none)
+            modes[mode] = one[shape]
     for leg in leg_names:
         modes[f"{leg}_leg" if leg in modes else leg] = one[f"{leg}@{c}"]
     return {m: {"p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"]} for m, v in modes.items()}
@@ -200,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.evaluation import load_beir
+    from lr_opensearch.evaluation.runs import ensure_calibrated
     from lr_opensearch.options import DEFAULT_CANDIDATES
     from lr_opensearch.search import Retriever, connect
 
@@ -281,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         built = owner["sizes"].get(str(n), {}).get("build")
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
             built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
+        ensure_calibrated(client, bundle, name)
         settings = dict(kv.split("=", 1) for kv in args.setting)
         if settings:
             adapter.put_index_settings(name, settings)
