@@ -266,3 +266,20 @@ def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: 
     text = capsys.readouterr().out
     assert "sparse@3" in text and "bm25@text" in text
     assert "sparse@3" in read_calibration(make_adapter(engine_client), index).legs
+
+
+def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
+    """Text-only legs (``neural``, ``neural_sparse``, ``match``) in the one query: each
+    boost sits where OpenSearch reads it, the BM25 clause on the shape's field."""
+    from lr_opensearch.cluster.requests import text_sub_queries
+
+    record = {"models": {"dense": "D", "sparse": "S"}}
+    sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"], k=20,
+                           text_fields=("text",))
+    body = OpenSearchAdapter(None).calibrated_body(sub, [0.5, 0.1, 0.25], size=10)
+    neural, sparse, match = body["query"]["bool"]["should"]
+    assert neural == {"neural": {"lr_dense": {"query_text": "heat flow", "k": 20,
+                                              "model_id": "D", "boost": 0.5}}}
+    assert sparse == {"neural_sparse": {"lr_sparse": {"query_text": "heat flow",
+                                                      "model_id": "S", "boost": 0.1}}}
+    assert match == {"match": {"text": {"query": "heat flow", "boost": 0.25}}}

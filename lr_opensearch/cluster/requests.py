@@ -61,8 +61,8 @@ def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
 
 def text_sub_queries(record: Mapping[str, Any], text: str, names: Sequence[str], *, k: int,
                      filter: Filter = None, ef_search: int | None = None,
-                     model_ids: bool = True,
-                     adapter: OpenSearchAdapter | None = None) -> list[dict[str, Any]]:
+                     model_ids: bool = True, adapter: OpenSearchAdapter | None = None,
+                     text_fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """One text-only sub-query per leg, in ``names`` order, each built as the leg says
     (``Leg.in_cluster``).
 
@@ -75,11 +75,12 @@ def text_sub_queries(record: Mapping[str, Any], text: str, names: Sequence[str],
         ef_search: HNSW ``ef_search`` of knn legs.
         model_ids: name the models (False: the index's enricher pipeline supplies them).
         adapter: the adapter whose fields the sub-queries use (default: the index layout's).
+        text_fields: the fields BM25 searches (None: title and text).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"a query must be a non-empty string, got {text!r}")
     adapter = adapter if adapter is not None else OpenSearchAdapter(None)
-    ctx = LegContext(k=int(k), filter=filter, ef_search=ef_search)
+    ctx = LegContext(k=int(k), filter=filter, ef_search=ef_search, text_fields=text_fields)
     out: list[dict[str, Any]] = []
     for name in names:
         leg = legs.get(name)

@@ -447,7 +447,7 @@ class Retriever:
             assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
             return [tuple(text_sub_queries(self.cluster, text, req.legs, k=ctx.k,
                                            filter=ctx.filter, ef_search=ctx.ef_search,
-                                           adapter=self.adapter))
+                                           adapter=self.adapter, text_fields=ctx.text_fields))
                     for text in inputs[QUERY_TEXT][:n]]
         built = [leg_registry.get(name) for name in req.legs]
         return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
