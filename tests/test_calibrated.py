@@ -283,3 +283,35 @@ def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
     assert sparse == {"neural_sparse": {"lr_sparse": {"query_text": "heat flow",
                                                       "model_id": "S", "boost": 0.1}}}
     assert match == {"match": {"text": {"query": "heat flow", "boost": 0.25}}}
+
+
+def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated: Any,
+                                                        engine_client: Any) -> None:
+    """The stored template (``lr models deploy`` stores it) renders, for any text (quotes,
+    backslashes), exactly the calibrated body of the text-only legs: checked through the
+    node's own ``_render/template`` (no ml-commons needed to render)."""
+    from lr_opensearch.cluster import mlapi
+    from lr_opensearch.cluster.deploy import store_template
+    from lr_opensearch.cluster.requests import TEMPLATE_PARAM, text_sub_queries
+
+    bundle, index, *_ = corpus
+    adapter = make_adapter(engine_client)
+    if adapter.engine != "opensearch":
+        return  # in-cluster encoding is OpenSearch's (ml-commons); nothing to check on ES
+    record = {"models": {"dense": "D", "sparse": "S"}, "legs": ["dense", "sparse", "bm25"],
+              "weights": [0.4, 0.2, 0.4], "dense_field": "lr_dense", "sparse_field": "lr_sparse"}
+    name = store_template(engine_client, index, record, bundle)
+    text = 'heat "flow" \\ tower'
+    rendered = mlapi.request(engine_client, "POST", "/_render/template",
+                             {"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
+    shape = Shape(None, ("text",))
+    boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"])),
+                                                     shape, index=index)
+    want = adapter.calibrated_body(
+        text_sub_queries(record, text, record["legs"], k=50, text_fields=("text",)),
+        [boosts[n] for n in record["legs"]], size=10,
+        source={"excludes": ["lr_dense", "lr_sparse"]})
+    assert rendered == want
+    sized = mlapi.request(engine_client, "POST", "/_render/template",
+                          {"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
+    assert sized["template_output"]["size"] == 3

@@ -117,8 +117,37 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         "deployed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if index is not None:
+        record["template"] = store_template(client, index, record, bundle)
         _wire_index(client, index, record, default_pipeline)
     return {**record, "actions": {DENSE_KIND: dense_done, SPARSE_KIND: sparse_done}}
+
+
+def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bundle) -> str:
+    """Store the index's text-only calibrated query as a search template (the index is
+    calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
+    returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
+    from lr_opensearch.cluster.requests import calibrated_template, template_id
+    from lr_opensearch.engine.calibration import (
+        CALIBRATION_KEY,
+        Calibration,
+        Shape,
+        calibrate,
+    )
+    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+
+    adapter = make_adapter(client)
+    meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
+    calibration = (Calibration.from_meta(meta, index) if meta
+                   else calibrate(adapter, index, bundle))
+    shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
+    weights = dict(zip(record["legs"], record["weights"], strict=True))
+    source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
+                                 k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
+    name = template_id(index)
+    mlapi.request(client, "PUT", f"/_scripts/{name}",
+                  {"script": {"lang": "mustache", "source": source}},
+                  what=f"storing search template {name}")
+    return name
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:

@@ -106,3 +106,42 @@ def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
         query["hybrid"]["pagination_depth"] = int(candidates)
     return {"size": int(size), "query": query,
             "_source": {"excludes": [record["dense_field"], record["sparse_field"]]}}
+
+
+TEMPLATE_PARAM = "query_text"  # the one parameter of the stored search template
+_SLOT = "\u0000lr-query-text\u0000"  # where the text goes, replaced by the mustache tag
+
+
+def template_id(index: str) -> str:
+    """The stored search template of ``index``'s text-only calibrated query."""
+    return f"lr-calibrated-{index}"
+
+
+def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], *,
+                        k: int, size: int = 10,
+                        text_fields: tuple[str, ...] | None = None) -> str:
+    """The mustache source of the text-only one query (``fusion="calibrated"``): the
+    record's legs as ``neural`` / ``neural_sparse`` / ``match`` clauses boosted by
+    ``boosts`` (weight / the leg's calibrated scale), the text the one parameter
+    ``query_text`` (JSON-escaped by the engine's mustache), ``size`` hits (a ``size`` parameter
+    overrides it). ``GET /<index>/_search/template {"id": ..., "params": {"query_text":
+    ...}}`` runs it."""
+    adapter = OpenSearchAdapter(None)
+    subs = text_sub_queries(record, _SLOT, record["legs"], k=k, text_fields=text_fields,
+                            adapter=adapter)
+    body = adapter.calibrated_body(subs, [boosts[name] for name in record["legs"]], size=size,
+                                   source={"excludes": [record["dense_field"],
+                                                        record["sparse_field"]]})
+    import json
+
+    text = json.dumps(body)
+    slot = json.dumps(_SLOT)
+    if text.count(slot) != len(record["legs"]):
+        raise ConfigError(f"the template's query text slot appears {text.count(slot)} times "
+                          f"for {len(record['legs'])} legs")
+    text = text.replace(f'"size": {int(size)}',
+                        f'"size": {{{{#size}}}}{{{{size}}}}{{{{/size}}}}{{{{^size}}}}{int(size)}'
+                        '{{/size}}', 1)
+    # a mustache script of content type JSON escapes {{x}} for a JSON string (quotes,
+    # backslashes, control characters); toJson would write a string unquoted
+    return text.replace(slot, f'"{{{{{TEMPLATE_PARAM}}}}}"')
