@@ -305,7 +305,7 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     rendered = mlapi.request(engine_client, "POST", "/_render/template",
                              {"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
     shape = Shape(None, ("text",))
-    boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"])),
+    boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
     want = adapter.calibrated_body(
         text_sub_queries(record, text, record["legs"], k=50, text_fields=("text",)),

@@ -126,6 +126,32 @@ def test_text_only_top10_equals_client_path(adi: dict[str, Any], ml_client: Any)
     assert same == len(texts) or gap <= 0.002
 
 
+def test_search_template_is_the_calibrated_one_query(adi: dict[str, Any],
+                                                     ml_client: Any) -> None:
+    """``GET /<index>/_search/template`` with the query text as the one parameter (the
+    template ``lr models deploy`` stored) ranks as ``fusion="calibrated"`` with in-cluster
+    encoding, and as the client's encoding with every sparse token."""
+    from lr_opensearch.cluster.requests import TEMPLATE_PARAM
+
+    rec, index = adi["record"], adi["index"]
+    assert rec["template"] == f"lr-calibrated-{index}"
+    texts = [q["text"] for q in adi["queries"][:8]]
+    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encode="cluster")
+    client = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", sparse_tokens=0)
+    same_cluster = same_client = 0
+    for text, a, b in zip(texts, cluster.search_batch(texts, 10),
+                          client.search_batch(texts, 10), strict=True):
+        res = ml_client.transport.perform_request(
+            "GET", f"/{index}/_search/template",
+            body={"id": rec["template"], "params": {TEMPLATE_PARAM: text}})
+        ids = [h["_id"] for h in res["hits"]["hits"]]
+        assert len(ids) == 10 and all("lr_dense" not in h["_source"] for h in res["hits"]["hits"])
+        same_cluster += ids == [h.doc_id for h in a]
+        same_client += ids == [h.doc_id for h in b]
+    assert same_cluster == len(texts)  # the same request
+    assert same_client >= len(texts) - 1, same_client  # float ties may swap one list
+
+
 def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_client: Any,
                                                        ml_node: NodeConfig,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
