@@ -8,9 +8,10 @@ weights (the bundle's) searched over the ``--split`` queries:
 
 - ``minmax``: min-max fusion (client side, 100 candidates per leg, as ``lr eval``'s
   ``lr-hybrid``);
-- ``calibrated`` for each calibration form (``options.CALIBRATION_FORMS``) and each query
-  shape: the sparse leg's heaviest N query tokens (all, 10, 5, 3), BM25 on title + text
-  (``multi_match``) or ``text`` alone, the knn ``k`` (10, 50, 100);
+- ``calibrated``, one factor at a time from the defaults: each calibration form
+  (``options.CALIBRATION_FORMS``) in the default shape; each query shape in the default
+  form: the sparse leg's heaviest N query tokens (all, 10, 5, 3) x BM25 on title + text
+  (``multi_match``) or ``text`` alone; the knn ``k`` (10, 50; 100 above);
 - ``affine`` (not a bool query: scored here from the legs' lists): each leg's engine score
   s as ``(s - top10_mean) / (top1_mean - top10_mean)``, a missing document 0 - what an
   offset would give if the engine allowed negative boosts.
@@ -82,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.engine.client import make_client
     from lr_opensearch.evaluation.beir import compute_metrics, load_beir
     from lr_opensearch.evaluation.runs import default_index_name, ensure_indexed
-    from lr_opensearch.options import CALIBRATED, CALIBRATION_FORMS
+    from lr_opensearch.options import (
+        CALIBRATED,
+        CALIBRATED_SPARSE_TOKENS,
+        CALIBRATED_TEXT_FIELDS,
+        CALIBRATION_FORMS,
+        DEFAULT_CALIBRATION_FORM,
+    )
     from lr_opensearch.search import Retriever
 
     p = argparse.ArgumentParser(description=__doc__,
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", required=True)
     p.add_argument("--url", default="http://127.0.0.1:9200")
     p.add_argument("--index", default=None)
-    p.add_argument("--quick", action="store_true", help="the default form, three shapes only")
+    p.add_argument("--quick", action="store_true", help="sparse tokens all or 5 only")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     client = make_client(args.url, timeout=120)
@@ -122,17 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     record("affine (offline, full shape)", affine_run(r, dataset, calibration),
            time.perf_counter() - t0)
-    forms = CALIBRATION_FORMS[:1] if args.quick else CALIBRATION_FORMS
-    for form in forms:
-        for t in TOKENS:
-            for f in FIELDS:
-                if args.quick and (t, f) not in ((None, None), (5, ("text",)), (5, None)):
-                    continue
-                name = (f"{form}, sparse {t or 'all'}, bm25 "
-                        f"{'+'.join(f) if f else 'title+text'}, knn k {DEPTH}")
-                run, s = run_variant(r, dataset, fusion=CALIBRATED, calibration_form=form,
-                                     sparse_tokens=t or 0, text_fields=f or ("title", "text"))
-                record(name, run, s)
+    # one factor at a time from the default (options.DEFAULT_CALIBRATION_FORM and the
+    # CALIBRATED_* shape): each form in the default shape, each shape in the default form
+    default_shape = (CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS)
+    variants = [(form, default_shape) for form in CALIBRATION_FORMS]
+    variants += [(DEFAULT_CALIBRATION_FORM, (t, f)) for t in TOKENS for f in FIELDS
+                 if (t, f) != default_shape and not (args.quick and t not in (None, 5))]
+    for form, (t, f) in variants:
+        name = (f"{form}, sparse {t or 'all'}, bm25 {'+'.join(f) if f else 'title+text'}, "
+                f"knn k {DEPTH}")
+        run, s = run_variant(r, dataset, fusion=CALIBRATED, calibration_form=form,
+                             sparse_tokens=t or 0, text_fields=f or ("title", "text"))
+        record(name, run, s)
     for k in KNN_KS[:-1]:  # 10 hits per query (nDCG@10 only), the knn k = candidates
         run, s = run_variant(Retriever(bundle, client, index, candidates=k), dataset, depth=10,
                              fusion=CALIBRATED)
