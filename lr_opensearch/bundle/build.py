@@ -76,11 +76,15 @@ def build_bundle(
 
     Args:
         model_dir: HF save_pretrained directory with tokenizer.json, or a catalogue name
-            (``packaged:minilm``, ``packaged:smollm2``: see ``packaged.resolve_model``);
-            None = the packaged all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it
-            was trained).
+            (``packaged:minilm``, ``packaged:smollm2``, ``packaged:bge-small``,
+            ``packaged:e5-small``: see ``packaged.resolve_model``); None = the packaged
+            all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it was trained).
         out_dir: the bundle directory to write.
-        instructions: name -> instruction text; default ``{"default": ""}``.
+        instructions: name -> instruction text; default the query prompt the model's
+            sentence-transformers files record (bge-small's "Represent this sentence for
+            searching relevant passages: ", e5-small's "query: "), else ``{"default": ""}``.
+            The document prompt they record (e5's "passage: ") becomes the bundle's
+            ``document_prompt``.
         pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
             "last" (decoders) / "cls" (encoders).
         normalize: L2-normalise dense vectors; default from sentence-transformers files.
@@ -103,8 +107,14 @@ def build_bundle(
         The bundle path.
     """
     from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.loading import sentence_transformers_settings
 
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
+    prompts = sentence_transformers_settings(source)
+    if instructions is None and prompts.get("query_prompt"):
+        instructions = {"default": prompts["query_prompt"]}  # the model's own, verbatim
+    if prompts.get("document_prompt"):
+        config_fields.setdefault("document_prompt", prompts["document_prompt"])
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
         name=catalogue_name)
@@ -197,7 +207,8 @@ def build_bundle_from_model(
     if fit_corpora:
         result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
                             queries=fit_queries, max_queries=fit_max_queries, progress=progress,
-                            distill=fit_distill, precision=encode_precision)
+                            distill=fit_distill, precision=encode_precision,
+                            document_prompt=config.document_prompt)
         tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -220,23 +231,25 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
                instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
                queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
                progress: bool = True, distill: DistillConfig | None = None,
-               precision: str = DEFAULT_ENCODE_PRECISION) -> FitResult:
+               precision: str = DEFAULT_ENCODE_PRECISION, document_prompt: str = "") -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
-    candidate documents are encoded by the same ``encode_dense``, as ingest encodes them;
+    candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
+    ingest encodes them;
     both at ``precision`` (``options.ENCODE_PRECISIONS``).
     """
     from lr_opensearch.model import DocEncoder
 
     was_training = model.training
     encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=precision)
+                         precision=precision, document_prompt=document_prompt)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
                                  encoder.encode_dense, corpora,
                                  queries=queries, max_queries=max_queries, progress=progress,
-                                 distill=distill, embed_docs=encoder.encode_dense)
+                                 distill=distill,
+                                 embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)
