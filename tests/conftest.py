@@ -30,6 +30,20 @@ from typing import Any
 import pytest
 from node_support import free_port
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _table_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Unfitted tables the tests compute stay in the session's temporary directory
+    (``bundle.build.table_cache_path``), not in the user's cache."""
+    before = os.environ.get("LR_TABLE_CACHE")
+    os.environ["LR_TABLE_CACHE"] = str(tmp_path_factory.mktemp("tables"))
+    yield
+    if before is None:
+        os.environ.pop("LR_TABLE_CACHE", None)
+    else:
+        os.environ["LR_TABLE_CACHE"] = before
+
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
 
