@@ -325,6 +325,21 @@ class EngineAdapter:
         return bool(self._admin(f"checking index {index!r}", self.client.indices.exists,
                                 index=index))
 
+    def index_closed(self, index: str) -> bool:
+        """True if ``index`` (one concrete index) exists and is closed."""
+        resp = self._admin(f"reading the state of index {index!r}", self.client.cluster.state,
+                           metric="metadata", index=index)
+        found = dict(resp).get("metadata", {}).get("indices", {}).get(index, {})
+        return found.get("state") == "close"
+
+    def alias_targets(self, name: str) -> list[str]:
+        """The indices ``name`` is an alias of ([] when it is no alias)."""
+        if not self._admin(f"checking alias {name!r}", self.client.indices.exists_alias,
+                           name=name):
+            return []
+        resp = self._admin(f"reading alias {name!r}", self.client.indices.get_alias, name=name)
+        return sorted(dict(resp))
+
     def index_mapping(self, index: str) -> dict[str, Any]:
         """The index's ``mappings`` object (of a target of several indices: the first's).
 

@@ -33,7 +33,7 @@ from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestEr
 from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
 from .documents import SparseKeys
-from .index_setup import ensure_index, index_layout
+from .index_setup import check_same_copy, ensure_index, index_layout
 from .pipeline import EncodePipeline
 from .progress import Progress
 from .reader import TRUNCATED, CorpusReader, Foreign, Rejection, Truncation, check_corpus
@@ -175,6 +175,9 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
     wm = Watermark(state.line, state.offset, state.counts)
 
     def save_checkpoint() -> None:
+        # the chunk was acknowledged by this copy of the index, not by one the engine
+        # created from the writes after the index was deleted
+        check_same_copy(adapter, config.index, state.index_uuid)
         if wm.advance() and ck is not None:
             dl.sync()
             state.line, state.offset, state.counts = wm.snapshot()
