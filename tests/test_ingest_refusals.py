@@ -7,6 +7,7 @@ command against a real node."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from ingest_support import (
     checkpoint_indexed,
     data_dir,
     index_ids,
-    ingest_cli,
     ingest_config,
     read_corpus,
     write_jsonl,
@@ -37,8 +37,27 @@ def adi() -> list[dict[str, Any]]:
     return read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=40)
 
 
-def errors_of(stderr: bytes) -> list[str]:
-    return [x for x in stderr.decode().splitlines() if " ERROR " in x]
+class Here:
+    """``python -m ingest.bulk ARGS`` in this process (the subprocess costs seconds of imports
+    a test at a time): the exit code and the ERROR lines it logged."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.caplog, self.monkeypatch = caplog, monkeypatch
+
+    def __call__(self, args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+        from ingest.cli import main
+
+        for name, value in (env or {}).items():
+            self.monkeypatch.setenv(name, value)
+        self.caplog.clear()
+        with self.caplog.at_level(logging.INFO):
+            code = main(args)
+        return code, [r.getMessage() for r in self.caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.fixture
+def ingest_here(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Here:
+    return Here(caplog, monkeypatch)
 
 
 def dead_letters(path: Path) -> list[dict[str, Any]]:
@@ -54,16 +73,17 @@ def _args(corpus: Path, tiny: Path, index: str, url: str, tmp: Path) -> list[str
 def _first_part(tiny: Path, docs: list[dict[str, Any]], index: str, url: str,
                 tmp: Path) -> None:
     """The index made by a run over a few documents (another corpus file)."""
+    from lr_opensearch.indexing.run import run
+
+    tmp.mkdir(parents=True, exist_ok=True)
     seed = write_jsonl(tmp / "seed.jsonl", docs[:3])
-    proc = ingest_cli([str(seed), "--bundle", str(tiny), "--index", index, "--url", url,
-                       "--state-dir", str(tmp / "seed-state"), "--no-progress"])
-    assert proc.returncode == 0, proc.stderr.decode()
+    run(ingest_config(seed, tiny, index, url, tmp / "seed-state"))
 
 
 @pytest.mark.parametrize("refusal", ["closed", "write_block", "read_only"])
 def test_an_index_that_refuses_writes_stops_the_run_and_loses_nothing(
         refusal: str, tiny: Path, adi: list[dict[str, Any]], os_client: Any,
-        opensearch_url: str, index_name: str, tmp_path: Path) -> None:
+        opensearch_url: str, index_name: str, tmp_path: Path, ingest_here: Here) -> None:
     _first_part(tiny, adi, index_name, opensearch_url, tmp_path)
     block = {"write_block": "index.blocks.write", "read_only": "index.blocks.read_only"}
     if refusal == "closed":
@@ -72,10 +92,8 @@ def test_an_index_that_refuses_writes_stops_the_run_and_loses_nothing(
         os_client.indices.put_settings(index=index_name, body={block[refusal]: True})
     corpus = write_jsonl(tmp_path / "c.jsonl", adi[3:30])
     args = _args(corpus, tiny, index_name, opensearch_url, tmp_path)
-    proc = ingest_cli(args)
-    assert proc.returncode == 1, proc.stderr.decode()
-    assert b"Traceback" not in proc.stderr
-    (error,) = errors_of(proc.stderr)
+    code, (error,) = ingest_here(args)
+    assert code == 1
     assert index_name in error
     assert ("closed" in error) if refusal == "closed" else ("block" in error or "read" in error)
     assert "--restart" not in error
@@ -86,8 +104,8 @@ def test_an_index_that_refuses_writes_stops_the_run_and_loses_nothing(
         os_client.indices.open(index=index_name, wait_for_active_shards=1)
     else:
         os_client.indices.put_settings(index=index_name, body={block[refusal]: False})
-    proc = ingest_cli(args)
-    assert proc.returncode == 0, proc.stderr.decode()
+    code, errors = ingest_here(args)
+    assert code == 0, errors
     assert set(index_ids(os_client, index_name)) == {d["_id"] for d in adi[:30]}
 
 
@@ -158,7 +176,7 @@ class BlockingEncoder:
 @pytest.mark.parametrize("target", ["alias", "list", "wildcard"])
 def test_an_ingest_target_that_is_not_one_index_is_refused_before_anything_changes(
         target: str, tiny: Path, adi: list[dict[str, Any]], os_client: Any,
-        opensearch_url: str, index_name: str, tmp_path: Path) -> None:
+        opensearch_url: str, index_name: str, tmp_path: Path, ingest_here: Here) -> None:
     other = f"{index_name}-b"
     _first_part(tiny, adi, index_name, opensearch_url, tmp_path)
     _first_part(tiny, adi, other, opensearch_url, tmp_path / "b")
@@ -169,9 +187,8 @@ def test_an_ingest_target_that_is_not_one_index_is_refused_before_anything_chang
         name = {"alias": f"{index_name}-all", "list": f"{index_name},{other}",
                 "wildcard": f"{index_name}*"}[target]
         corpus = write_jsonl(tmp_path / "c.jsonl", adi[3:10])
-        proc = ingest_cli(_args(corpus, tiny, name, opensearch_url, tmp_path))
-        assert proc.returncode == 1, proc.stderr.decode()
-        (error,) = errors_of(proc.stderr)
+        code, (error,) = ingest_here(_args(corpus, tiny, name, opensearch_url, tmp_path))
+        assert code == 1
         assert name in error and "--index" in error
         settings = os_client.indices.get_settings(index=other)[other]["settings"]["index"]
         assert settings["refresh_interval"] == "7s" and settings["number_of_replicas"] == "0"
@@ -182,7 +199,7 @@ def test_an_ingest_target_that_is_not_one_index_is_refused_before_anything_chang
 
 def test_a_default_index_name_never_takes_another_corpus(
         tiny: Path, adi: list[dict[str, Any]], os_client: Any, opensearch_url: str,
-        index_name: str, tmp_path: Path) -> None:
+        index_name: str, tmp_path: Path, ingest_here: Here) -> None:
     """``d1/x.jsonl`` then ``d2/x.jsonl`` without --index: the same default name, two corpora.
     The second is refused (nothing written); naming the index is how to ask for it."""
     first = write_jsonl((tmp_path / "d1").mkdir() or tmp_path / "d1" / f"{index_name}.jsonl",
@@ -192,26 +209,25 @@ def test_a_default_index_name_never_takes_another_corpus(
                          clash)
     env = {"LR_BUNDLE": str(tiny)}
     base = ["--url", opensearch_url, "--state-dir", str(tmp_path / "state"), "--no-progress"]
-    proc = ingest_cli([str(first), *base], env=env)
-    assert proc.returncode == 0, proc.stderr.decode()
-    again = ingest_cli([str(first), *base, "--restart"], env=env)  # the same corpus: fine
-    assert again.returncode == 0, again.stderr.decode()
-    proc = ingest_cli([str(second), *base], env=env)
-    assert proc.returncode == 1, proc.stderr.decode()
-    (error,) = errors_of(proc.stderr)
+    code, errors = ingest_here([str(first), *base], env=env)
+    assert code == 0, errors
+    code, errors = ingest_here([str(first), *base, "--restart"])  # the same corpus: fine
+    assert code == 0, errors
+    code, (error,) = ingest_here([str(second), *base])
+    assert code == 1
     assert str(first) in error and str(second) in error and "--index" in error
     os_client.indices.refresh(index=index_name)
     texts = {h["_source"]["text"] for h in os_client.search(
         index=index_name, body={"query": {"match_all": {}}, "size": 10})["hits"]["hits"]}
     assert "another corpus entirely" not in texts
     # asked for by name, the second corpus goes in
-    proc = ingest_cli([str(second), *base, "--index", index_name], env=env)
-    assert proc.returncode == 0, proc.stderr.decode()
+    code, errors = ingest_here([str(second), *base, "--index", index_name])
+    assert code == 0, errors
 
 
 def test_an_index_whose_meta_claims_lightretriever_without_vector_fields_is_refused(
         tiny: Path, adi: list[dict[str, Any]], os_client: Any, opensearch_url: str,
-        index_name: str, tmp_path: Path) -> None:
+        index_name: str, tmp_path: Path, ingest_here: Here) -> None:
     from lr_opensearch.bundle import load_bundle
 
     meta = {"lightretriever": {"bundle_id": load_bundle(tiny).bundle_id, "dense_dim": 32,
@@ -219,9 +235,8 @@ def test_an_index_whose_meta_claims_lightretriever_without_vector_fields_is_refu
     os_client.indices.create(index=index_name, body={"mappings": {
         "_meta": meta, "properties": {"text": {"type": "text"}}}})
     corpus = write_jsonl(tmp_path / "c.jsonl", adi[:5])
-    proc = ingest_cli(_args(corpus, tiny, index_name, opensearch_url, tmp_path))
-    assert proc.returncode == 1, proc.stderr.decode()
-    (error,) = errors_of(proc.stderr)
+    code, (error,) = ingest_here(_args(corpus, tiny, index_name, opensearch_url, tmp_path))
+    assert code == 1
     assert index_name in error and "lr_dense" in error
     assert os_client.count(index=index_name)["count"] == 0
 
@@ -230,25 +245,29 @@ def test_an_index_whose_meta_claims_lightretriever_without_vector_fields_is_refu
                                  ["--state-dir", "/proc/nope"]])
 def test_a_bad_option_is_one_line_and_creates_nothing(
         bad: list[str], tiny: Path, adi: list[dict[str, Any]], os_client: Any,
-        opensearch_url: str, index_name: str, tmp_path: Path) -> None:
+        opensearch_url: str, index_name: str, tmp_path: Path, ingest_here: Here,
+        capsys: pytest.CaptureFixture[str]) -> None:
     corpus = write_jsonl(tmp_path / "c.jsonl", adi[:3])
-    proc = ingest_cli([str(corpus), "--bundle", str(tiny), "--index", index_name, "--url",
-                       opensearch_url, "--no-progress",
-                       *(["--state-dir", str(tmp_path / "s")] if "--state-dir" not in bad
-                         else []), *bad])
-    assert proc.returncode in (1, 2), proc.stderr.decode()
-    assert b"Traceback" not in proc.stderr
-    assert bad[0] in proc.stderr.decode()
+    args = [str(corpus), "--bundle", str(tiny), "--index", index_name, "--url",
+            opensearch_url, "--no-progress",
+            *(["--state-dir", str(tmp_path / "s")] if "--state-dir" not in bad else []), *bad]
+    try:
+        code, errors = ingest_here(args)
+    except SystemExit as exc:  # argparse: usage and one error line on stderr
+        code, errors = int(str(exc.code)), capsys.readouterr().err.strip().splitlines()[-1:]
+    assert code in (1, 2)
+    (error,) = errors
+    assert bad[0] in error
     assert not os_client.indices.exists(index=index_name)
 
 
 def test_an_empty_corpus_says_so(tiny: Path, os_client: Any, opensearch_url: str,
-                                 index_name: str, tmp_path: Path) -> None:
+                                 index_name: str, tmp_path: Path, ingest_here: Here) -> None:
     corpus = tmp_path / "empty.jsonl"
     corpus.write_bytes(b"\n\n")
-    proc = ingest_cli([str(corpus), "--bundle", str(tiny), "--index", index_name, "--url",
-                       opensearch_url, "--no-progress", "--state-dir", str(tmp_path / "s")])
-    assert proc.returncode == 1, proc.stderr.decode()
-    (error,) = errors_of(proc.stderr)
+    code, (error,) = ingest_here([str(corpus), "--bundle", str(tiny), "--index", index_name,
+                                  "--url", opensearch_url, "--no-progress", "--state-dir",
+                                  str(tmp_path / "s")])
+    assert code == 1
     assert str(corpus) in error and "no documents" in error
     assert not os_client.indices.exists(index=index_name)

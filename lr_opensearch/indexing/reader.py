@@ -153,6 +153,27 @@ def check_corpus(path: str) -> None:
         raise CorpusError(f"corpus file {path} is not readable (permissions)")
 
 
+def check_not_empty(path: str) -> None:
+    """Raise ``CorpusError`` if a corpus file holds no line but blank ones (stdin is not
+    read ahead: its emptiness shows in the summary).
+
+    Reads only up to the first non-blank line."""
+    if path == STDIN:
+        return
+    stream, raw = open_corpus(path)
+    try:
+        for line in stream:
+            if line.strip():
+                return
+    except (EOFError, OSError, zlib.error):  # the first line is damaged: the run reports it
+        return
+    finally:
+        stream.close()
+        raw.close()
+    raise CorpusError(f"corpus file {path} holds no documents (it is empty or blank); give "
+                      "a JSONL file with one JSON object per line")
+
+
 def is_gzip(path: str) -> bool:
     if path == STDIN:
         return False
