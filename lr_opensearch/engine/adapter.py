@@ -391,8 +391,19 @@ class EngineAdapter:
         if not mappings:
             raise EngineError(f"no {self.engine} index matches {target!r}; create one with `lr "
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
-        metas = [check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), name, bundle)
-                 for name, mapping in sorted(mappings.items())]
+        found = {name: dict(mapping.get("_meta", {}).get(META_KEY, {}))
+                 for name, mapping in sorted(mappings.items())}
+        ids = {str(meta.get("bundle_id")) for meta in found.values()}
+        if len(found) > 1 and len(ids) > 1:
+            from lr_opensearch.errors import BundleMismatchError
+
+            parts = "; ".join(f"{name}: {meta.get('bundle_id') or 'not a LightRetriever index'}"
+                              for name, meta in found.items())
+            raise BundleMismatchError(
+                f"{target!r} mixes indices built with different bundles ({parts}); one search "
+                f"uses one bundle ({bundle.bundle_id} here): search the indices of each bundle "
+                "separately, or point the alias at indices of one bundle")
+        metas = [check_meta(meta, name, bundle) for name, meta in found.items()]
         return metas[0]
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,
