@@ -352,15 +352,17 @@ class EngineAdapter:
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
         return next(iter(mappings.values()))
 
-    def index_mappings(self, target: str) -> dict[str, dict[str, Any]]:
+    def index_mappings(self, target: str, *, closed: bool = False) -> dict[str, dict[str, Any]]:
         """The ``mappings`` of every concrete index behind ``target`` (an index, a list
-        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name.
+        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name; with
+        ``closed``, a wildcard matches closed indices too.
 
         Raises:
             EngineError: a named index does not exist (with how to create it), or no answer.
         """
+        extra = {"expand_wildcards": "open,closed"} if closed else {}
         try:
-            resp = self.client.indices.get_mapping(index=target)
+            resp = self.client.indices.get_mapping(index=target, **extra)
         except self.transport_errors as exc:
             if status_of(exc) == 404:
                 raise EngineError(f"{self.engine} index {target!r} does not exist; create it "
