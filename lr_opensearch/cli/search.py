@@ -1,7 +1,7 @@
 """``lr search``: hybrid / dense / sparse search from the command line (thin CLI).
 
-    lr search --bundle B --index I "what is a boundary layer" [--k 10 --mode hybrid
-        --weights 0.7,0.3 --fusion auto --semantics opensearch --explain --json --url URL]
+    lr search --index I "what is a boundary layer" [--bundle B --k 10 --mode hybrid
+        --weights 0.4,0.2,0.4 --fusion auto --semantics opensearch --explain --json --url URL]
 
 Prints a readable table (rank, id, fused score, each leg's score, title; ``--explain`` adds
 each leg's normalised score and rank and the query tokens that contributed most to the
