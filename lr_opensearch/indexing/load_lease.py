@@ -86,12 +86,6 @@ def locked_meta(adapter: EngineAdapter, index: str, state_dir: Path) -> Iterator
             adapter.put_index_meta(index, meta)
 
 
-def load_record(adapter: EngineAdapter, index: str) -> dict[str, Any] | None:
-    """The index's shared bulk-load record, or None when no run is loading into it."""
-    record = _meta(adapter, index).get(LOAD_KEY)
-    return dict(record) if isinstance(record, dict) else None
-
-
 def join_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path, *,
               fallback: dict[str, Any] | None = None) -> dict[str, Any]:
     """Enter this run in the record (creating it with the current settings if no run is
