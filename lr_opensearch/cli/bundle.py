@@ -241,6 +241,8 @@ def run_info(args: argparse.Namespace) -> int:
           f"{info['created_at']})")
     print(f"backbone    {cfg['backbone_name']} ({cfg['architecture']}, {cfg['kind']}, "
           f"pooling {cfg['pooling']}, normalize {cfg['normalize']})")
+    if cfg.get("document_prompt"):
+        print(f"documents   prompt {cfg['document_prompt']!r} before every document")
     print(f"dense       dim {cfg['dense_dim']}, served {cfg['served_dim']}")
     print(f"sparse      head {cfg['sparse_head']}, top-k {cfg['sparse_top_k']}, min weight "
           f"{cfg['sparse_min_weight']}, keys {cfg['key_encoding']}, stopwords removed "
