@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +159,23 @@ def test_without_ml_commons_says_what_to_do(os_client: Any, tmp_path: Path) -> N
     with pytest.raises(EngineError, match=r"no ml-commons plugin .*lr node start --with-ml") as exc:
         deploy_bundle(os_client, bundle)
     assert "\n" not in str(exc.value)
+
+
+def test_in_cluster_search_without_ml_commons_says_ml_commons_is_missing(
+        os_client: Any, tmp_path: Path) -> None:
+    """Not "run lr models deploy": that would fail too on a node without the plugin."""
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
+    from lr_opensearch.search import Retriever
+
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    index = f"lr-test-no-ml-{uuid.uuid4().hex[:8]}"
+    OpenSearchAdapter(os_client).create_index(index, bundle)
+    try:
+        with pytest.raises(EngineError, match="no ml-commons plugin") as exc:
+            Retriever(bundle, os_client, index, encode="cluster").search("tides")
+        assert "lr models deploy" not in str(exc.value)
+    finally:
+        os_client.indices.delete(index=index, ignore_unavailable=True)
 
 
 def test_failed_deploy_says_what_to_do(ml_client: Any, tmp_path: Path) -> None:

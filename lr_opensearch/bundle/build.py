@@ -97,7 +97,7 @@ def build_bundle(
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         encode_precision: how the fit's full-model vectors are computed
             (``options.ENCODE_PRECISIONS``).
-        **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
+        **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
 
     Returns:
         The bundle path.

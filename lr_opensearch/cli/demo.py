@@ -136,7 +136,7 @@ def run_demo(args: argparse.Namespace) -> int:
         results = retriever.search_batch(queries, k=args.k, explain=True)
         for text, hits in zip(queries, results, strict=True):
             print(format_hits(text, hits, explain=True))
-    print(f"Try it yourself:  lr search --bundle {bundle_path} --index {index} "
+    print(f"Try it yourself:  lr search --index {index} "
           f"--url {url} --explain \"your query\"")
     return 0
 
