@@ -11,6 +11,7 @@ DSL and the calls whose spelling differs between the two clients (``_send_msearc
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,38 @@ METADATA_FIELD = "metadata"  # a record's extra keys
 DENSE_KIND, SPARSE_KIND = "dense", "sparse"
 VECTOR_FIELDS = {DENSE_KIND: DENSE_FIELD, SPARSE_KIND: SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
-# Words of a query text the BM25 clause keeps: multi_match makes one clause per word and
-# field, and the engines refuse a query of more than 1,024 clauses (maxClauseCount) in all,
-# the other legs' included; the LR legs keep a query's first 512 tokens likewise
-TEXT_QUERY_MAX_WORDS = 256
+# The engines refuse a query whose rewritten tree holds more than this many clauses:
+# OpenSearch's indices.query.bool.max_clause_count (default 1,024, Lucene's
+# IndexSearcher.maxClauseCount; dynamic since 2.16). tests/test_real_bundle.py reads it
+# from the node and runs queries of exactly that many clauses and one more.
+MAX_CLAUSE_COUNT = 1024
+# The engines refuse (HTTP 413) a request body larger than http.max_content_length, 100mb
+# (104,857,600 bytes) unless set in the node's config, OpenSearch and Elasticsearch alike;
+# the ingest's bulk requests stay well below it (indexing.config.DEFAULT_MAX_CHUNK_BYTES).
+# tests/test_real_bundle.py sends a body of exactly this size and one byte more.
+HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
+# Terms of a query text the BM25 clause keeps: multi_match makes one clause per analysed
+# term and field, and the sparse leg one per distinct token of the query's first 512
+# (query.tokens.DEFAULT_MAX_TOKENS): the two together stay within MAX_CLAUSE_COUNT
+TEXT_QUERY_MAX_TERMS = 256
+# At least as many pieces as the standard analyser makes terms (so counting them bounds the
+# clauses): each CJK ideograph or kana alone (the standard tokenizer emits one term per
+# ideograph and hiragana), a run of letters and digits (a hyphen, a dot, an underscore
+# ends it, where the analyser may join), any other symbol alone (emoji are terms)
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_TERM_PIECE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+|[^\w\s!-/:-@\[-`{{-~\u2000-\u206f\u3000-\u303f]")
 
 Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+
+
+def text_query_cut(text: str, max_terms: int = TEXT_QUERY_MAX_TERMS) -> int:
+    """Where to cut ``text`` so that the engine's analyser makes at most ``max_terms`` terms
+    of it (``len(text)``: keep it whole). Counts ``_TERM_PIECE``s, never fewer than the
+    terms, so a text of hyphenated words or an unspaced CJK run is cut as a spaced one."""
+    for n, piece in enumerate(_TERM_PIECE.finditer(text)):
+        if n == max_terms:  # the first piece over the limit
+            return piece.start()
+    return len(text)
 
 
 @dataclass(frozen=True)
@@ -197,16 +224,16 @@ class EngineAdapter:
         raise NotImplementedError
 
     def text_query(self, text: str, *, filter: Filter = None) -> dict[str, Any]:
-        """BM25 baseline: ``multi_match`` over title and text (of a longer text, the first
-        :data:`TEXT_QUERY_MAX_WORDS` words, said once per adapter)."""
-        words = text.split()
-        if len(words) > TEXT_QUERY_MAX_WORDS:
+        """BM25 baseline: ``multi_match`` over title and text (of a longer text, the part
+        holding its first :data:`TEXT_QUERY_MAX_TERMS` terms, said once per adapter)."""
+        cut = text_query_cut(text)
+        if cut < len(text):
             if not self._told_capped:
                 self._told_capped = True
-                logger.info("a query of %d words: its BM25 clause is capped at the first %d "
-                            "(the engine refuses more than 1,024 clauses)", len(words),
-                            TEXT_QUERY_MAX_WORDS)
-            text = " ".join(words[:TEXT_QUERY_MAX_WORDS])
+                logger.info("a query of more than %d terms: its BM25 clause is capped at the "
+                            "first %d (the engine refuses more than %d clauses)",
+                            TEXT_QUERY_MAX_TERMS, TEXT_QUERY_MAX_TERMS, MAX_CLAUSE_COUNT)
+            text = text[:cut]
         query: dict[str, Any] = {"multi_match": {"query": text, "fields": list(TEXT_FIELDS)}}
         clauses = filter_clauses(filter)
         return {"bool": {"must": [query], "filter": clauses}} if clauses else query

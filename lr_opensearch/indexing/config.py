@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lr_opensearch.engine.adapter import HTTP_MAX_CONTENT_LENGTH
 from lr_opensearch.engine.seismic import SeismicIndexParams
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import (
@@ -20,6 +21,9 @@ from lr_opensearch.options import (
     SPARSE_LAYOUTS,
     choice,
 )
+
+# bytes per bulk request: half the engines' default limit on a request
+DEFAULT_MAX_CHUNK_BYTES = HTTP_MAX_CONTENT_LENGTH // 2
 
 STDIN = "-"
 # what the engines accept as index.refresh_interval: -1, 0, or a number with a time unit
@@ -158,7 +162,7 @@ class IngestConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     progress: bool = True
     summary_json: Path | None = None
-    max_chunk_bytes: int = 50 * 1024 * 1024
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
     sparse_layout: str | None = None
     seismic: SeismicIndexParams | None = None
     index_named: bool = True

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from lr_opensearch.errors import IndexRefusedError, IngestError
 
 from .checkpoint import FAILED, INDEXED, Watermark
-from .config import RetryPolicy
+from .config import DEFAULT_MAX_CHUNK_BYTES, RetryPolicy
 from .report import DeadLetter
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class BulkWriter:
 
     def __init__(self, adapter: EngineAdapter, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
                  on_chunk_done: Callable[[], None], retry: RetryPolicy | None = None,
-                 queue_chunks: int = 2, max_chunk_bytes: int = 50 * 1024 * 1024,
+                 queue_chunks: int = 2, max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
                  seed: int | None = None) -> None:
         self.adapter = adapter
         self.index = index
