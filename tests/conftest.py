@@ -30,6 +30,20 @@ from typing import Any
 import pytest
 from node_support import free_port
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _table_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Unfitted tables the tests compute stay in the session's temporary directory
+    (``bundle.build.table_cache_path``), not in the user's cache."""
+    before = os.environ.get("LR_TABLE_CACHE")
+    os.environ["LR_TABLE_CACHE"] = str(tmp_path_factory.mktemp("tables"))
+    yield
+    if before is None:
+        os.environ.pop("LR_TABLE_CACHE", None)
+    else:
+        os.environ["LR_TABLE_CACHE"] = before
+
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
 
@@ -237,3 +251,22 @@ def es_client(es_url: str) -> Any:
     client = Elasticsearch(es_url, request_timeout=120)
     client.cluster.health(wait_for_status="yellow", timeout="60s")
     return client
+
+
+@pytest.fixture(scope="session")
+def fitted_minilm() -> Path:
+    """The real bundle: the packaged MiniLM with its query table fitted on ADI (what the
+    README's `lr bundle build --fit-corpus` and zero-config ingest build), from the bundle
+    store: fitted once per store (minutes on 2 cores), then reused (`lr demo` uses the same
+    one)."""
+    from ingest_support import data_dir
+
+    from lr_opensearch.bundle.store import DEFAULT_MODEL, fitted_bundle
+
+    corpus = data_dir() / "adi" / "corpus.jsonl.gz"
+    if not corpus.is_file():
+        pytest.fail(f"the shared ADI collection is missing ({corpus})", pytrace=False)
+    started = time.monotonic()
+    path = fitted_bundle(corpus, model=DEFAULT_MODEL, progress=False)
+    print(f"\n[conftest] fitted MiniLM bundle {path} ready in {time.monotonic() - started:.0f} s")
+    return path

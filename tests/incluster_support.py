@@ -44,9 +44,12 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def collection_bundle(root: Path, docs: list[dict[str, Any]], seed: int = 0) -> Path:
-    """MiniLM tokenizer + random [V, 32] table + BM25-style IDF over ``docs``."""
-    tok = Tokenizer.from_file(str(packaged_model_dir() / "tokenizer.json"))
+def collection_bundle(root: Path, docs: list[dict[str, Any]], seed: int = 0, *,
+                      model_dir: Path | None = None, dim: int = DIM,
+                      kind: str = "encoder") -> Path:
+    """A tokenizer (default MiniLM's; else ``model_dir``'s) + random [V, dim] table +
+    BM25-style IDF over ``docs``."""
+    tok = Tokenizer.from_file(str((model_dir or packaged_model_dir()) / "tokenizer.json"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
     df: Counter[int] = Counter()
     for d in docs:
@@ -54,17 +57,21 @@ def collection_bundle(root: Path, docs: list[dict[str, Any]], seed: int = 0) -> 
     n = len(docs)
     idf = np.array([math.log(1 + (n - df[i] + 0.5) / (df[i] + 0.5)) for i in range(vocab)],
                    np.float32)
-    config = BundleConfig(backbone_name="random/minilm-vocab", architecture="BertModel",
-                          kind="encoder", pooling="mean", normalize=False, dense_dim=DIM,
-                          served_dim=DIM, max_length=128, sparse_head="tied",
+    name = (model_dir or packaged_model_dir()).name
+    config = BundleConfig(backbone_name=f"random/{name}-vocab",
+                          architecture="BertModel" if kind == "encoder" else "LlamaForCausalLM",
+                          kind=kind, pooling="mean" if kind == "encoder" else "last",
+                          normalize=False, dense_dim=dim, served_dim=dim, max_length=128,
+                          sparse_head="tied" if kind == "encoder" else "lm",
                           remove_stopwords=True,
                           weights={"dense": 0.5, "sparse": 0.3, "bm25": 0.2})
-    table = np.random.default_rng(seed).standard_normal((vocab, DIM)).astype(np.float32)
+    table = np.random.default_rng(seed).standard_normal((vocab, dim)).astype(np.float32)
     return save_bundle(root, config, tokenizer=tok, tables={"default": table}, sparse_weights=idf)
 
 
-def collection_index(client: Any, root: Path, name: str = "adi") -> dict[str, Any]:
-    """Bundle + index of a shared collection; returns bundle, index, queries, qrels."""
+def collection_index(client: Any, root: Path, name: str = "adi", **bundle_kw: Any) -> dict[str, Any]:
+    """Bundle (``collection_bundle``'s, with ``bundle_kw``) + index of a shared collection;
+    returns bundle, index, queries, qrels."""
     base = data_dir() / name
     docs = read_jsonl(base / "corpus.jsonl.gz")
     queries = read_jsonl(base / "queries.jsonl.gz")
@@ -72,7 +79,7 @@ def collection_index(client: Any, root: Path, name: str = "adi") -> dict[str, An
     for line in (base / "qrels" / "test.tsv").read_text().splitlines()[1:]:
         q, d, s = line.split("\t")
         qrels.setdefault(q, {})[d] = int(s)
-    bundle = load_bundle(collection_bundle(root / f"{name}-bundle", docs))
+    bundle = load_bundle(collection_bundle(root / f"{name}-bundle", docs, **bundle_kw))
     enc = QueryEncoder(bundle)
     batch = enc.encode_batch([f"{d.get('title', '')} {d['text']}" for d in docs])
     index = f"lr-incluster-{name}-{bundle.bundle_id[:8]}"

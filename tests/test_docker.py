@@ -31,7 +31,7 @@ from ingest_support import (
 )
 from node_support import free_port
 
-from lr_opensearch import Retriever, connect, load_bundle
+from lr_opensearch import QueryEncoder, Retriever, connect, load_bundle
 from lr_opensearch.node import load_lock
 
 pytestmark = pytest.mark.docker
@@ -110,26 +110,32 @@ def test_hybrid_search_equals_the_local_node(docker_opensearch_url: str, host_lo
         local.indices.delete(index=index, ignore_unavailable=True)
 
 
+def _ingest_job(project: str, corpus: Path, bundle: Path, tmp_path: Path) -> str:
+    """`docker compose run ingest` with ``corpus`` and ``bundle`` mounted; returns the index."""
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copyfile(corpus, job / "corpus.jsonl")
+    shutil.copytree(bundle, job / "bundle")
+    index = f"lr-docker-job-{uuid.uuid4().hex[:8]}"
+    name = f"{project}-{index}"
+    # No --rm: podman 4.3's Docker API reports exit 0 for a removed container whatever its
+    # status. --no-deps: the node runs already (compose would recreate it on podman).
+    run = compose(project, "run", "--no-deps", "--name", name, "ingest",
+                  env={"LR_INGEST_DIR": str(job), "LR_INGEST_CORPUS": "corpus.jsonl",
+                       "LR_INGEST_INDEX": index, "LR_INGEST_USER": str(os.getuid())},
+                  timeout=900)
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    return index
+
+
 def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_project_name: str,
                                    host_loaded: str, tiny: Path,
                                    adi: tuple[Path, list[dict[str, Any]]],
                                    tmp_path: Path) -> None:
     """`docker compose run --rm ingest` with the corpus and bundle mounted: every id, and the
     stored vectors equal those the host's ingest wrote."""
-    job = tmp_path / "job"
-    job.mkdir()
-    shutil.copyfile(adi[0], job / "corpus.jsonl")
-    shutil.copytree(tiny, job / "bundle")
-    index = f"lr-docker-job-{uuid.uuid4().hex[:8]}"
-    name = f"{docker_compose_project_name}-{index}"
-    # No --rm: podman 4.3's Docker API reports exit 0 for a removed container whatever its
-    # status. --no-deps: the node runs already (compose would recreate it on podman).
-    run = compose(docker_compose_project_name, "run", "--no-deps", "--name", name, "ingest",
-                  env={"LR_INGEST_DIR": str(job), "LR_INGEST_CORPUS": "corpus.jsonl",
-                       "LR_INGEST_INDEX": index, "LR_INGEST_USER": str(os.getuid())},
-                  timeout=900)
-    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    index = _ingest_job(docker_compose_project_name, adi[0], tiny, tmp_path)
     client = connect(docker_opensearch_url)
     ids = index_ids(client, index)
     assert len(ids) == len(set(ids)) == len(adi[1])
@@ -140,6 +146,44 @@ def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_pr
         np.testing.assert_allclose(mine["lr_dense"], host["lr_dense"], rtol=1e-4, atol=1e-5)
         assert mine["lr_sparse"].keys() == host["lr_sparse"].keys()
     client.indices.delete(index=index)
+
+
+def test_one_shot_ingest_container_with_the_real_bundle(
+        docker_opensearch_url: str, docker_compose_project_name: str, fitted_minilm: Path,
+        adi: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """The README's bundle (the packaged MiniLM fitted on ADI, 384 d) through the one-shot
+    ingest container, searched from the host: every id, the stored vectors are the host
+    encoder's, the dense leg's top 10 is the exact one, the hybrid answers every query."""
+    from lr_opensearch.indexing.reader import document_text
+    from lr_opensearch.model import DocEncoder
+
+    index = _ingest_job(docker_compose_project_name, adi[0], fitted_minilm, tmp_path)
+    client = connect(docker_opensearch_url)
+    try:
+        ids = index_ids(client, index)
+        assert len(ids) == len(set(ids)) == len(adi[1])
+        bundle = load_bundle(fitted_minilm)
+        sample = adi[1][::10]
+        expected = DocEncoder.from_bundle(bundle, device="cpu", batch_size=8).encode(
+            [document_text(d.get("title", ""), d["text"]) for d in sample])
+        stored = {h["_id"]: h["_source"] for h in client.search(
+            index=index, body={"query": {"match_all": {}}, "size": 1000})["hits"]["hits"]}
+        for i, doc in enumerate(sample):
+            np.testing.assert_allclose(stored[doc["_id"]]["lr_dense"], expected.dense[i],
+                                       rtol=1e-4, atol=1e-5)
+            assert len(stored[doc["_id"]]["lr_sparse"]) == len(expected.sparse[i])
+        texts = [q["text"] for q in read_corpus(data_dir() / "adi" / "queries.jsonl.gz")]
+        order = list(stored)
+        matrix = np.array([stored[i]["lr_dense"] for i in order], np.float32)
+        exact = [[order[j] for j in np.argsort(-row, kind="stable")[:10]]
+                 for row in QueryEncoder(bundle).encode_batch(texts).dense
+                 @ matrix.T]
+        retriever = Retriever(bundle, client, index)
+        dense = retriever.search_batch(texts, 10, mode="dense")
+        assert [[h.doc_id for h in hits] for hits in dense] == exact
+        assert all(len(hits) == 10 for hits in retriever.search_batch(texts, 10))
+    finally:
+        client.indices.delete(index=index, ignore_unavailable=True)
 
 
 def test_elasticsearch_profile_takes_the_host_ingest(

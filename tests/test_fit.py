@@ -229,7 +229,6 @@ def test_sparse_min_idf_prunes_only_low_idf_sparse_terms(tmp_path: Path) -> None
         np.testing.assert_array_equal(a.dense, b.dense)  # the dense side keeps every token
         want = {k: w for k, w in a.sparse.items() if w >= np.float32(1.5)}
         assert b.sparse == want == batch.sparse[n]
-        assert len(want) < len(a.sparse) or min(a.sparse.values()) >= 1.5
     assert sum(len(full.encode(t).sparse) - len(pruned.encode(t).sparse) for t in texts) > 0
     with pytest.raises(QueryError, match="needs IDF query weights"):
         QueryEncoder(_weights_bundle(tmp_path, None).bundle, sparse_min_idf=0.5)

@@ -5,13 +5,12 @@ to results/inspect.png."""
 
 from __future__ import annotations
 
-import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser_support
 import numpy as np
 import pytest
 from node_support import free_port
@@ -24,40 +23,6 @@ from lr_opensearch.engine.opensearch import OpenSearchAdapter
 pytestmark = pytest.mark.node
 REPO = Path(__file__).resolve().parents[1]
 QUERY = "boundary layer heat transfer flow"
-
-
-def _browser() -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if not chromium or not driver:
-        pytest.fail("headless Chromium is missing: scripts/setup.sh installs Debian's chromium "
-                    "and chromium-driver (apt-get install chromium chromium-driver)",
-                    pytrace=False)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1600,1000"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(executable_path=driver), options=options)
-
-
-class _Server:
-    """A Flask app on a free loopback port, in a thread (werkzeug's server)."""
-
-    def __init__(self, app: Any) -> None:
-        from werkzeug.serving import make_server
-
-        self.port = free_port()
-        self.server = make_server("127.0.0.1", self.port, app, threaded=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.port}/"
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -84,25 +49,11 @@ def corpus(os_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    driver = _browser()
+    driver = browser_support.chromium()
     try:
         yield driver
     finally:
         driver.quit()
-
-
-def _ids(browser: Any, mode: str) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [li.get_attribute("data-id")
-            for li in browser.find_elements(By.CSS_SELECTOR, f"#list-{mode} li")]
-
-
-def _wait_rendered(browser: Any, count: int) -> None:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(browser, 30).until(
-        lambda d: d.find_element("tag name", "body").get_attribute("data-rendered") == str(count))
 
 
 def _wait_error(browser: Any) -> str:
@@ -124,14 +75,15 @@ def test_the_page_shows_four_lists_and_the_slider_refuses(browser: Any, corpus: 
     from lr_opensearch.inspect import create_app
 
     bundle, index = corpus
-    server = _Server(create_app(str(bundle), index, url=opensearch_url))
+    server = browser_support.Server(create_app(str(bundle), index, url=opensearch_url))
     try:
         browser.get(server.url)
         assert index in browser.title and index in browser.find_element("id", "index").text
         browser.find_element("id", "q").send_keys(QUERY)
         browser.find_element("id", "go").click()
-        _wait_rendered(browser, 1)
-        lists = {mode: _ids(browser, mode) for mode in ("hybrid", "dense", "sparse", "bm25")}
+        browser_support.wait_rendered(browser, 1)
+        lists = {mode: browser_support.list_ids(browser, mode)
+                 for mode in ("hybrid", "dense", "sparse", "bm25")}
         assert all(0 < len(ids) <= 10 for ids in lists.values()), lists
         assert browser.find_elements("css selector", "#tokens tbody tr")  # the query tokens
         assert "fused" in browser.find_element("css selector", "#list-hybrid li").text
@@ -139,13 +91,13 @@ def test_the_page_shows_four_lists_and_the_slider_refuses(browser: Any, corpus: 
         shot.parent.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(shot))
         _set_slider(browser, 1.0)  # all weight on the dense leg: the dense list's order
-        _wait_rendered(browser, 2)
-        all_dense = _ids(browser, "hybrid")
+        browser_support.wait_rendered(browser, 2)
+        all_dense = browser_support.list_ids(browser, "hybrid")
         assert all_dense == lists["dense"]
         assert "dense 1.00" in browser.find_element("id", "weights").text
         _set_slider(browser, 0.0)  # none on it: sparse and BM25 decide
-        _wait_rendered(browser, 3)
-        no_dense = _ids(browser, "hybrid")
+        browser_support.wait_rendered(browser, 3)
+        no_dense = browser_support.list_ids(browser, "hybrid")
         assert no_dense != all_dense  # the fused order moved with the slider
         # an empty query: a message on the page, the lists as they were
         browser.find_element("id", "q").clear()
@@ -170,7 +122,7 @@ def test_errors_show_a_message_never_a_stack_trace(browser: Any, corpus: Any,
     else:
         app, expect = create_app(str(bundle), index, url=f"http://127.0.0.1:{free_port()}"), \
             "did not answer"
-    server = _Server(app)
+    server = browser_support.Server(app)
     try:
         browser.get(server.url)
         browser.find_element("id", "q").send_keys(QUERY)

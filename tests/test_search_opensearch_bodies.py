@@ -248,3 +248,21 @@ def test_search_modules_leave_torch_out() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_bm25_clause_keeps_at_most_its_term_limit():
+    """The BM25 text is cut by analysed terms, not by whitespace words: a hyphenated word is
+    several terms, an unspaced CJK run one term per ideograph, an emoji one term."""
+    from lr_opensearch.engine.adapter import TEXT_QUERY_MAX_TERMS, text_query_cut
+
+    limit = TEXT_QUERY_MAX_TERMS
+    exact = " ".join(f"w{i}" for i in range(limit))
+    assert text_query_cut(exact) == len(exact)  # at the limit: whole
+    assert text_query_cut(exact + " more") == len(exact) + 1
+    hyphenated = "-".join(f"w{i}" for i in range(limit + 50))
+    assert text_query_cut(hyphenated) == len("-".join(f"w{i}" for i in range(limit))) + 1
+    assert text_query_cut("北" * (limit + 1)) == limit
+    assert text_query_cut("\U0001F600" * (limit + 1)) == limit
+    adapter = OpenSearchAdapter(None)
+    text = adapter.text_query("北" * 1000)["multi_match"]["query"]
+    assert text == "北" * limit

@@ -212,3 +212,17 @@ def test_cli_create_info_delete(tmp_path: Path, opensearch_url: str, os_client: 
     assert gone.returncode == 0, gone.stderr
     assert not os_client.indices.exists(index=index)
     assert not os_client.indices.exists(index=companion)
+
+
+def test_the_token_id_limit_at_the_limit() -> None:
+    """A vocabulary of exactly SEISMIC_TOKEN_LIMIT tokens (ids up to 32,767) is taken; one
+    token more is refused (the engine folds ids into 16 bits)."""
+    from types import SimpleNamespace
+
+    from lr_opensearch.engine.seismic import SEISMIC_TOKEN_LIMIT, check_layout
+
+    at = SimpleNamespace(vocab_size=SEISMIC_TOKEN_LIMIT, path="at", bundle_id="a")
+    assert check_layout("sparse_vector", at, "opensearch") == "sparse_vector"  # type: ignore[arg-type]
+    over = SimpleNamespace(vocab_size=SEISMIC_TOKEN_LIMIT + 1, path="over", bundle_id="b")
+    with pytest.raises(ConfigError, match="ids >= 32,768 collide"):
+        check_layout("sparse_vector", over, "opensearch")  # type: ignore[arg-type]

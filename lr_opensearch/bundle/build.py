@@ -15,7 +15,10 @@ evaluation run encodes a query.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_INSTRUCTIONS: Mapping[str, str] = {"default": ""}
+#: part of every table cache key: raise it when the table's computation changes
+TABLE_CACHE_VERSION = 1
 
 
 def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
@@ -76,11 +81,15 @@ def build_bundle(
 
     Args:
         model_dir: HF save_pretrained directory with tokenizer.json, or a catalogue name
-            (``packaged:minilm``, ``packaged:smollm2``: see ``packaged.resolve_model``);
-            None = the packaged all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it
-            was trained).
+            (``packaged:minilm``, ``packaged:smollm2``, ``packaged:bge-small``,
+            ``packaged:e5-small``: see ``packaged.resolve_model``); None = the packaged
+            all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it was trained).
         out_dir: the bundle directory to write.
-        instructions: name -> instruction text; default ``{"default": ""}``.
+        instructions: name -> instruction text; default the query prompt the model's
+            sentence-transformers files record (bge-small's "Represent this sentence for
+            searching relevant passages: ", e5-small's "query: "), else ``{"default": ""}``.
+            The document prompt they record (e5's "passage: ") becomes the bundle's
+            ``document_prompt``.
         pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
             "last" (decoders) / "cls" (encoders).
         normalize: L2-normalise dense vectors; default from sentence-transformers files.
@@ -97,14 +106,20 @@ def build_bundle(
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         encode_precision: how the fit's full-model vectors are computed
             (``options.ENCODE_PRECISIONS``).
-        **config_fields: further ``BundleConfig`` fields (sparse_top_k, dense_weight, ...).
+        **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
 
     Returns:
         The bundle path.
     """
     from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.loading import sentence_transformers_settings
 
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
+    prompts = sentence_transformers_settings(source)
+    if instructions is None and prompts.get("query_prompt"):
+        instructions = {"default": prompts["query_prompt"]}  # the model's own, verbatim
+    if prompts.get("document_prompt"):
+        config_fields.setdefault("document_prompt", prompts["document_prompt"])
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
         name=catalogue_name)
@@ -117,12 +132,42 @@ def build_bundle(
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
         batch_size=batch_size, overwrite=overwrite, progress=progress, fit_corpora=fit_corpora,
         fit_queries=fit_queries, fit_max_queries=fit_max_queries, fit_distill=fit_distill,
-        encode_precision=encode_precision, **config_fields)
+        encode_precision=encode_precision, table_cache_key=model_files_key(source), **config_fields)
+
+
+def model_files_key(model_dir: Path) -> str:
+    """sha256 over a model directory's weights, config and tokenizer: with the instruction
+    and the model's settings it names an unfitted table in the table cache."""
+    from lr_opensearch.bundle.files import hash_file
+
+    files = sorted([*model_dir.glob("*.safetensors"), model_dir / "config.json",
+                    model_dir / "tokenizer.json"])
+    return hashlib.sha256("\n".join(f"{p.name} {hash_file(p)}" for p in files).encode()).hexdigest()
+
+
+def table_cache_path(model: LightRetrieverModel, model_key: str, ids: Sequence[int], vocab: int) -> Path:
+    """Where the unfitted table of (model files, settings, instruction ids, vocabulary) is
+    kept: ``$LR_TABLE_CACHE/<sha256>.safetensors``, by default ``<cache>/tables``. The table
+    does not depend on the corpus,
+    and at 12 layers with a 10-token instruction it takes 20 minutes on two CPU cores; a
+    second fitted bundle of the same model reuses it."""
+    from lr_opensearch.cache import cache_dir
+
+    recipe = json.dumps([model_key, model.kind, model.pooling, model.normalize, model.query_norm,
+                         list(ids), vocab, TABLE_CACHE_VERSION])
+    root = Path(os.environ.get("LR_TABLE_CACHE") or cache_dir() / "tables")
+    return root / f"{hashlib.sha256(recipe.encode()).hexdigest()}.safetensors"
 
 
 def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
-                   batch_size: int = 256, progress: bool = True) -> dict[str, np.ndarray]:
-    """One query table [V, H] float32 per instruction, V = the tokenizer's vocabulary size."""
+                   batch_size: int = 256, progress: bool = True,
+                   model_key: str | None = None) -> dict[str, np.ndarray]:
+    """One query table [V, H] float32 per instruction, V = the tokenizer's vocabulary size.
+
+    With ``model_key`` (``model_files_key`` of the directory the model was loaded from) each
+    table is read from / written to the table cache (``table_cache_path``)."""
+    from safetensors.numpy import load_file, save_file
+
     from lr_opensearch.model import instruction_ids
 
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
@@ -133,8 +178,18 @@ def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Map
     for name, text in instructions.items():
         start = time.perf_counter()
         ids = instruction_ids(tokenizer, text)
-        table = model.token_table(ids, vocab, batch_size=batch_size, progress=progress)
-        tables[name] = table.numpy()
+        cached = table_cache_path(model, model_key, ids, vocab) if model_key else None
+        if cached is not None and cached.is_file():
+            tables[name] = load_file(str(cached))["table"]
+            logger.info("query table %r: reusing %s", name, cached)
+            continue
+        tables[name] = model.token_table(ids, vocab, batch_size=batch_size, progress=progress).numpy()
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            save_file({"table": tables[name]}, str(tmp))
+            tmp.replace(cached)
+        table = tables[name]
         logger.info("query table %r (%d prompt tokens): %d x %d in %.1f s", name, len(ids),
                     *table.shape, time.perf_counter() - start)
     return tables
@@ -156,6 +211,7 @@ def build_bundle_from_model(
     fit_max_queries: int = MAX_QUERIES,
     fit_distill: DistillConfig | None = DEFAULT_DISTILL,
     encode_precision: str = DEFAULT_ENCODE_PRECISION,
+    table_cache_key: str | None = None,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -178,6 +234,8 @@ def build_bundle_from_model(
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         encode_precision: how the fit's full-model vectors (pseudo-queries, documents) are
             computed (``options.ENCODE_PRECISIONS``; the saved weights never change).
+        table_cache_key: ``model_files_key`` of the directory the model was loaded from:
+            the unfitted tables go through the table cache (none for a model in training).
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
@@ -192,12 +250,14 @@ def build_bundle_from_model(
         served_dim=served_dim or model.hidden_size, max_length=max_length,
         sparse_head=model.head.kind, instructions=instructions, **medusa_fields(model),
         **config_fields)
-    tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress)
+    tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress,
+                            model_key=table_cache_key)
     weights, fit = None, None
     if fit_corpora:
         result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
                             queries=fit_queries, max_queries=fit_max_queries, progress=progress,
-                            distill=fit_distill, precision=encode_precision)
+                            distill=fit_distill, precision=encode_precision,
+                            document_prompt=config.document_prompt)
         tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -220,23 +280,25 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
                instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
                queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
                progress: bool = True, distill: DistillConfig | None = None,
-               precision: str = DEFAULT_ENCODE_PRECISION) -> FitResult:
+               precision: str = DEFAULT_ENCODE_PRECISION, document_prompt: str = "") -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
-    candidate documents are encoded by the same ``encode_dense``, as ingest encodes them;
+    candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
+    ingest encodes them;
     both at ``precision`` (``options.ENCODE_PRECISIONS``).
     """
     from lr_opensearch.model import DocEncoder
 
     was_training = model.training
     encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=precision)
+                         precision=precision, document_prompt=document_prompt)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
                                  encoder.encode_dense, corpora,
                                  queries=queries, max_queries=max_queries, progress=progress,
-                                 distill=distill, embed_docs=encoder.encode_dense)
+                                 distill=distill,
+                                 embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)

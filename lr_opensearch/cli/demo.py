@@ -14,15 +14,12 @@ import argparse
 import gzip
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
-from lr_opensearch.bundle.store import cache_dir as _cache
-from lr_opensearch.bundle.store import recipe_key as _recipe_key
 from lr_opensearch.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -93,17 +90,13 @@ def ensure_node(http_port: int) -> str:
 
 
 def ensure_bundle(path: Path | None, corpus: Path) -> Path:
-    """The given bundle, or the MiniLM bundle fitted on ``corpus``, built once into the cache."""
+    """The given bundle, or the packaged MiniLM fitted on ``corpus`` from the bundle store
+    (built into it once: the bundle zero-config ingest and the tests build for that corpus)."""
     if path is not None:
         return path
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{corpus.parent.name}-{corpus.name}".lower()).strip("-")
-    out = _cache() / "bundles" / f"minilm-fit-{slug}-{_recipe_key()}"
-    if (out / "lightretriever.json").exists():
-        print(f"    reusing {out}")
-        return out
-    from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.bundle.store import DEFAULT_MODEL, fitted_bundle
 
-    return Path(build_bundle(None, out, fit_corpora=[corpus]))
+    return fitted_bundle(corpus, model=DEFAULT_MODEL)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -143,7 +136,7 @@ def run_demo(args: argparse.Namespace) -> int:
         results = retriever.search_batch(queries, k=args.k, explain=True)
         for text, hits in zip(queries, results, strict=True):
             print(format_hits(text, hits, explain=True))
-    print(f"Try it yourself:  lr search --bundle {bundle_path} --index {index} "
+    print(f"Try it yourself:  lr search --index {index} "
           f"--url {url} --explain \"your query\"")
     return 0
 

@@ -11,6 +11,7 @@ DSL and the calls whose spelling differs between the two clients (``_send_msearc
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +39,41 @@ METADATA_FIELD = "metadata"  # a record's extra keys
 DENSE_KIND, SPARSE_KIND = "dense", "sparse"
 VECTOR_FIELDS = {DENSE_KIND: DENSE_FIELD, SPARSE_KIND: SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
-# Words of a query text the BM25 clause keeps: multi_match makes one clause per word and
-# field, and the engines refuse a query of more than 1,024 clauses (maxClauseCount) in all,
-# the other legs' included; the LR legs keep a query's first 512 tokens likewise
-TEXT_QUERY_MAX_WORDS = 256
+# The engines refuse a query whose rewritten tree holds more than this many clauses:
+# OpenSearch's indices.query.bool.max_clause_count (default 1,024, Lucene's
+# IndexSearcher.maxClauseCount; dynamic since 2.16). tests/test_real_bundle.py reads it
+# from the node and runs queries of exactly that many clauses and one more.
+MAX_CLAUSE_COUNT = 1024
+# The engines refuse (HTTP 413) a request body larger than http.max_content_length, 100mb
+# (104,857,600 bytes) unless set in the node's config, OpenSearch and Elasticsearch alike;
+# the ingest's bulk requests stay well below it (indexing.config.DEFAULT_MAX_CHUNK_BYTES).
+# tests/test_real_bundle.py sends a body of exactly this size and one byte more.
+HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
+# Terms of a query text the BM25 clause keeps: multi_match makes one clause per analysed
+# term and field, and the sparse leg one per distinct token of the query's first 512
+# (query.tokens.DEFAULT_MAX_TOKENS): the two together stay within MAX_CLAUSE_COUNT
+TEXT_QUERY_MAX_TERMS = 256
+# At least as many pieces as the standard analyser makes terms (so counting them bounds the
+# clauses): each CJK ideograph or kana alone (the standard tokenizer emits one term per
+# ideograph and hiragana), a run of letters and digits (a hyphen, a dot, an underscore
+# ends it, where the analyser may join), any other symbol alone (emoji are terms)
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_TERM_PIECE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+|[^\w\s!-/:-@\[-`{{-~\u2000-\u206f\u3000-\u303f]")
 # queries whose spec is keyed by the field they search ({"match": {"text": {...}}}): a
 # boost goes inside the field's object
 FIELD_KEYED_QUERIES = ("match", "knn", "neural", "neural_sparse", "term")
 
 Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+
+
+def text_query_cut(text: str, max_terms: int = TEXT_QUERY_MAX_TERMS) -> int:
+    """Where to cut ``text`` so that the engine's analyser makes at most ``max_terms`` terms
+    of it (``len(text)``: keep it whole). Counts ``_TERM_PIECE``s, never fewer than the
+    terms, so a text of hyphenated words or an unspaced CJK run is cut as a spaced one."""
+    for n, piece in enumerate(_TERM_PIECE.finditer(text)):
+        if n == max_terms:  # the first piece over the limit
+            return piece.start()
+    return len(text)
 
 
 @dataclass(frozen=True)
@@ -203,16 +230,16 @@ class EngineAdapter:
                    fields: Sequence[str] | None = None) -> dict[str, Any]:
         """BM25 baseline: ``multi_match`` over ``fields`` (default title and text; one field:
         a plain ``match``, which the engine can skip through where the two-field
-        ``multi_match``, a ``dis_max``, lets it skip less); of a longer text, the first
-        :data:`TEXT_QUERY_MAX_WORDS` words, said once per adapter."""
-        words = text.split()
-        if len(words) > TEXT_QUERY_MAX_WORDS:
+        ``multi_match``, a ``dis_max``, lets it skip less); of a longer text, the part
+        holding its first :data:`TEXT_QUERY_MAX_TERMS` terms, said once per adapter."""
+        cut = text_query_cut(text)
+        if cut < len(text):
             if not self._told_capped:
                 self._told_capped = True
-                logger.info("a query of %d words: its BM25 clause is capped at the first %d "
-                            "(the engine refuses more than 1,024 clauses)", len(words),
-                            TEXT_QUERY_MAX_WORDS)
-            text = " ".join(words[:TEXT_QUERY_MAX_WORDS])
+                logger.info("a query of more than %d terms: its BM25 clause is capped at the "
+                            "first %d (the engine refuses more than %d clauses)",
+                            TEXT_QUERY_MAX_TERMS, TEXT_QUERY_MAX_TERMS, MAX_CLAUSE_COUNT)
+            text = text[:cut]
         fields = list(TEXT_FIELDS if fields is None else fields)
         unknown = sorted(set(fields) - set(TEXT_FIELDS))
         if unknown or not fields:
@@ -394,6 +421,21 @@ class EngineAdapter:
         return bool(self._admin(f"checking index {index!r}", self.client.indices.exists,
                                 index=index))
 
+    def index_closed(self, index: str) -> bool:
+        """True if ``index`` (one concrete index) exists and is closed."""
+        resp = self._admin(f"reading the state of index {index!r}", self.client.cluster.state,
+                           metric="metadata", index=index)
+        found = dict(resp).get("metadata", {}).get("indices", {}).get(index, {})
+        return found.get("state") == "close"
+
+    def alias_targets(self, name: str) -> list[str]:
+        """The indices ``name`` is an alias of ([] when it is no alias)."""
+        if not self._admin(f"checking alias {name!r}", self.client.indices.exists_alias,
+                           name=name):
+            return []
+        resp = self._admin(f"reading alias {name!r}", self.client.indices.get_alias, name=name)
+        return sorted(dict(resp))
+
     def index_mapping(self, index: str) -> dict[str, Any]:
         """The index's ``mappings`` object (of a target of several indices: the first's).
 
@@ -406,15 +448,17 @@ class EngineAdapter:
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
         return next(iter(mappings.values()))
 
-    def index_mappings(self, target: str) -> dict[str, dict[str, Any]]:
+    def index_mappings(self, target: str, *, closed: bool = False) -> dict[str, dict[str, Any]]:
         """The ``mappings`` of every concrete index behind ``target`` (an index, a list
-        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name.
+        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name; with
+        ``closed``, a wildcard matches closed indices too.
 
         Raises:
             EngineError: a named index does not exist (with how to create it), or no answer.
         """
+        extra = {"expand_wildcards": "open,closed"} if closed else {}
         try:
-            resp = self.client.indices.get_mapping(index=target)
+            resp = self.client.indices.get_mapping(index=target, **extra)
         except self.transport_errors as exc:
             if status_of(exc) == 404:
                 raise EngineError(f"{self.engine} index {target!r} does not exist; create it "
@@ -445,8 +489,19 @@ class EngineAdapter:
         if not mappings:
             raise EngineError(f"no {self.engine} index matches {target!r}; create one with `lr "
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
-        metas = [check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), name, bundle)
-                 for name, mapping in sorted(mappings.items())]
+        found = {name: dict(mapping.get("_meta", {}).get(META_KEY, {}))
+                 for name, mapping in sorted(mappings.items())}
+        ids = {str(meta.get("bundle_id")) for meta in found.values()}
+        if len(found) > 1 and len(ids) > 1:
+            from lr_opensearch.errors import BundleMismatchError
+
+            parts = "; ".join(f"{name}: {meta.get('bundle_id') or 'not a LightRetriever index'}"
+                              for name, meta in found.items())
+            raise BundleMismatchError(
+                f"{target!r} mixes indices built with different bundles ({parts}); one search "
+                f"uses one bundle ({bundle.bundle_id} here): search the indices of each bundle "
+                "separately, or point the alias at indices of one bundle")
+        metas = [check_meta(meta, name, bundle) for name, meta in found.items()]
         return metas[0]
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,

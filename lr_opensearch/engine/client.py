@@ -144,20 +144,6 @@ def _elasticsearch_client(c: Connection) -> Any:
     return Elasticsearch(c.url, **kwargs)
 
 
-def detect_engine(url: str | None = None, **kwargs: Any) -> tuple[str, str]:
-    """Ask the cluster at ``url`` what it is: (``opensearch`` | ``elasticsearch``, version).
-
-    Reads ``_nodes/_local`` (``GET /`` is not served by every Elasticsearch build): an
-    Elasticsearch node reports a ``build_flavor``, an OpenSearch node does not. Keyword
-    arguments are those of :func:`make_client`.
-
-    Raises:
-        EngineError: the cluster does not answer (the URL and the reason are named).
-    """
-    c = resolve_connection(url, **kwargs)
-    return _detect(_opensearch_client(c), c.url)
-
-
 def _detect(client: Any, url: str) -> tuple[str, str]:
     try:
         resp = client.transport.perform_request(

@@ -1,6 +1,6 @@
 """OpenSearch request bodies and transport for LightRetriever search (the engine adapter).
 
-Query DSL (DESIGN section 5):
+Query DSL (docs/ARCHITECTURE.md, "The query path"):
 
 * dense: ``{"knn": {"lr_dense": {"vector": [...], "k": K, "filter": F,
   "method_parameters": {"ef_search": E}}}}`` - the filter inside ``knn`` is OpenSearch's

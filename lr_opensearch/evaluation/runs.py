@@ -16,7 +16,7 @@ Runs (names as in the JSON report):
   weights of :data:`~lr_opensearch.evaluation.config.NAMED_HYBRIDS` (chosen on SciFact
   train queries).
 * ``full-hybrid``: the reference: ``lr-hybrid``'s legs and weights with the full model's
-  query vector in the dense leg (the ``full`` leg); LR is reported as a share of it.
+  query vector in the dense leg (the ``full_dense`` leg); LR is reported as a share of it.
 
 * ``bm25+rerank``, ``lr-hybrid+rerank``: that first stage's top ``rerank_depth`` (20)
   rescored by the reranker ``EvalConfig.reranker`` names: ``full`` (the bundle's full model)

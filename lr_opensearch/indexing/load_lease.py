@@ -74,10 +74,16 @@ def _meta(adapter: EngineAdapter, index: str) -> dict[str, Any]:
     return dict(adapter.index_mapping(index).get("_meta", {}))
 
 
-def load_record(adapter: EngineAdapter, index: str) -> dict[str, Any] | None:
-    """The index's shared bulk-load record, or None when no run is loading into it."""
-    record = _meta(adapter, index).get(LOAD_KEY)
-    return dict(record) if isinstance(record, dict) else None
+@contextlib.contextmanager
+def locked_meta(adapter: EngineAdapter, index: str, state_dir: Path) -> Iterator[dict[str, Any]]:
+    """The index's ``_meta`` to change in place, written back (if changed) under the lock
+    that serialises this machine's ``_meta`` updates."""
+    with _locked(state_dir, index):
+        meta = _meta(adapter, index)
+        before = repr(meta)
+        yield meta
+        if repr(meta) != before:
+            adapter.put_index_meta(index, meta)
 
 
 def join_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path, *,

@@ -1,7 +1,7 @@
 """The inspector: LR hybrid and each leg's own list side by side for one query.
 
 The page (``templates/inspect.html``) asks ``/api/search?q=...&<first leg>=W`` for JSON:
-the fused list and one list per leg (top ``k``; the ``full`` leg, the full model's query
+the fused list and one list per leg (top ``k``; the ``full_dense`` leg, the full model's query
 vector searched densely, when the bundle's document encoder can run here), per hit each
 leg's score and normalised score and the query tokens it matched (what ``lr search
 --explain`` computes), each hybrid hit's rank in the baseline leg's (BM25's) list, and the
@@ -91,7 +91,7 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
                k: int = 10, candidates: int = DEFAULT_CANDIDATES, client: Any = None,
                full: bool | None = None) -> Any:
     """The Flask app for ``index`` searched with the bundle at ``bundle_path``: the fused
-    list and one list per leg whose input can be made here (the ``full`` leg's when the
+    list and one list per leg whose input can be made here (the ``full_dense`` leg's when the
     bundle's document encoder can run here, loaded on the first search; ``full`` forces
     it on or off)."""
     from flask import Flask, jsonify, render_template, request

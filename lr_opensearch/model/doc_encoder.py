@@ -21,7 +21,7 @@ import torch
 from lr_opensearch.bundle.format import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
 from lr_opensearch.model.device import check_device
-from lr_opensearch.model.framing import special_token_ids, tokenize_texts
+from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
 from lr_opensearch.model.medusa import MEDUSA_FILE, soft_top_k
 from lr_opensearch.model.precision import (
@@ -71,16 +71,24 @@ class DocEncoder:
         device: default GPU if available, else CPU.
         precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``); bf16
             encodes with a converted copy of ``model``.
+        document_prompt: text before every document (the bundle's ``document_prompt``,
+            e5's "passage: "): framed as ``prefix + prompt + text + suffix``, pooled
+            densely, kept out of the sparse max. Documents only: ``encode`` and
+            ``encode_dense(..., documents=True)``; a query's prompt is part of its text.
     """
 
     def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,
                  served_dim: int | None = None, top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
                  batch_size: int = 32, device: torch.device | str | None = None,
-                 precision: str = DEFAULT_ENCODE_PRECISION) -> None:
+                 precision: str = DEFAULT_ENCODE_PRECISION, document_prompt: str = "") -> None:
         self.device = check_device(device) if device is not None else default_device()
         self.precision = check_precision(precision, self.device)
         self.model = prepare(model.to(self.device).eval(), self.precision)
         self.tokenizer = tokenizer
+        self.document_prompt = document_prompt
+        prompt = instruction_ids(tokenizer, document_prompt)
+        self._prompt_tokens = len(prompt)
+        self._doc_framing = Framing(prefix=(*model.framing.prefix, *prompt), suffix=model.framing.suffix)
         self.max_length = max_length
         self.served_dim = served_dim or model.hidden_size
         self.top_k = top_k
@@ -112,18 +120,22 @@ class DocEncoder:
             soft_top_k_temperature=cfg.soft_top_k_temperature)
         return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
                    top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
-                   batch_size=batch_size, device=device, precision=precision)
+                   batch_size=batch_size, device=device, precision=precision,
+                   document_prompt=cfg.document_prompt)
 
     def encode(self, texts: Sequence[str]) -> DocBatch:
         """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
-        return self._run(texts, sparse=True)
+        return self._run(texts, sparse=True, documents=True)
 
-    def encode_dense(self, texts: Sequence[str]) -> np.ndarray:
-        """``encode(texts).dense`` without computing the sparse vectors (the fit's targets)."""
-        return self._run(texts, sparse=False).dense
+    def encode_dense(self, texts: Sequence[str], *, documents: bool = False) -> np.ndarray:
+        """Dense vectors alone, no sparse projection: of texts as given (a query with its
+        prompt: the fit's targets, ``full-dense``), or with ``documents`` of documents
+        (``encode(texts).dense``: the document prompt added)."""
+        return self._run(texts, sparse=False, documents=documents).dense
 
-    def _run(self, texts: Sequence[str], *, sparse: bool) -> DocBatch:
-        ids, truncated = tokenize_texts(self.tokenizer, texts, self.model.framing, self.max_length)
+    def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
+        framing = self._doc_framing if documents else self.model.framing
+        ids, truncated = tokenize_texts(self.tokenizer, texts, framing, self.max_length)
         for i, row in enumerate(ids):
             if not row:
                 raise IngestError(f"document {i} of the batch tokenizes to nothing and the "
@@ -133,7 +145,8 @@ class DocEncoder:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk], sparse=sparse)
+            out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk], sparse=sparse,
+                                                     prompt_tokens=self._prompt_tokens if documents else 0)
             dense[chunk] = out_dense
             for i, doc_terms in zip(chunk, out_sparse, strict=True):
                 terms[i] = doc_terms
@@ -148,7 +161,7 @@ class DocEncoder:
             cut = torch.nn.functional.normalize(cut, dim=-1)
         return cut.cpu().numpy()
 
-    def _encode_ids(self, rows: list[list[int]], *, sparse: bool = True,
+    def _encode_ids(self, rows: list[list[int]], *, sparse: bool = True, prompt_tokens: int = 0,
                     ) -> tuple[np.ndarray, list[dict[int, float]]]:
         """Dense [b, served_dim] and top-k sparse dicts (empty without ``sparse``) for
         framed id lists."""
@@ -163,7 +176,7 @@ class DocEncoder:
                 vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
                 return self._serve(vecs), [{} for _ in rows]
             out = self.model.encode_documents(input_ids.to(self.device), mask.to(self.device),
-                                              exact_top=self._exact_top)
+                                              exact_top=self._exact_top, prompt_tokens=prompt_tokens)
             return self._serve(out.dense), self.select_terms(out.sparse)
 
     def select_terms(self, sparse: torch.Tensor) -> list[dict[int, float]]:

@@ -44,5 +44,5 @@ class FullModelReranker:
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         q = np.asarray(self._query([query]), dtype=np.float32)[0]
-        d = np.asarray(self._docs.encode_dense(list(texts)), dtype=np.float32)
+        d = np.asarray(self._docs.encode_dense(list(texts), documents=True), dtype=np.float32)
         return (d @ q).astype(float).tolist()

@@ -230,7 +230,7 @@ class LightRetrieverModel(nn.Module):
         return out.last_hidden_state
 
     def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                         exact_top: int | None = None) -> DocOutput:
+                         exact_top: int | None = None, prompt_tokens: int = 0) -> DocOutput:
         """THE document forward.
 
         Args:
@@ -240,6 +240,9 @@ class LightRetrieverModel(nn.Module):
                 in bfloat16, the ``exact_top`` largest sparse weights of a document
                 float32's, proved (``fused.projection_max``); ``DocEncoder`` sets it
                 where bfloat16 is fast.
+            prompt_tokens: positions after the framing's prefix that hold a document
+                prompt (``DocEncoder.document_prompt``): pooled densely, kept out of the
+                sparse max like the framing's special tokens.
         Returns:
             DocOutput(dense [B, H], sparse [B, V]); differentiable. The sparse vector is the
             ``sparse_mode``'s (Medusa modes add the self-distillation logits).
@@ -248,22 +251,23 @@ class LightRetrieverModel(nn.Module):
         weight, bias = self.head.projection(self.hf)
         if self.medusa is not None:
             out = aggregate(self.medusa, self.head.transform(self.hf, hidden), mask,
-                            self.content_mask(mask), (weight, bias), self.framing.suffix[-1],
+                            self.content_mask(mask, prompt_tokens), (weight, bias), self.framing.suffix[-1],
                             self.sparse_mode)
             return DocOutput(dense=dense, sparse=out.sparse, head_logits=out.head_logits,
                              base_logits=out.base_logits)
-        maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask),
+        maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens),
                                 weight, bias, exact_top=exact_top)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
 
-    def content_mask(self, mask: torch.Tensor) -> torch.Tensor:
+    def content_mask(self, mask: torch.Tensor, prompt_tokens: int = 0) -> torch.Tensor:
         """[B, T] bool: the real tokens minus the framing's special positions (the first
         ``len(prefix)`` and the last ``len(suffix)`` real tokens of each row, any padding
         side). The sparse max runs over these only, as the reference does: a BOS/CLS or
-        EOS/SEP position would otherwise put the same terms into every document."""
+        EOS/SEP position would otherwise put the same terms into every document. So are
+        ``prompt_tokens`` positions after the prefix (a document prompt)."""
         pos = mask.long().cumsum(-1) - 1
         n = mask.long().sum(-1, keepdim=True)
-        head, tail = len(self.framing.prefix), len(self.framing.suffix)
+        head, tail = len(self.framing.prefix) + prompt_tokens, len(self.framing.suffix)
         return mask & (pos >= head) & (pos < n - tail)
 
     def encode_documents_dense(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -93,12 +93,21 @@ def build_hf(config: Any, architecture: str | None = None) -> tuple[nn.Module, s
 
 
 def sentence_transformers_settings(model_dir: Path) -> dict[str, Any]:
-    """Pooling / normalize / max_length recorded by a sentence-transformers directory.
+    """Pooling / normalize / max_length / prompts recorded by a sentence-transformers directory.
 
-    Returns a dict with any of "pooling" ("cls" | "mean" | "last"), "normalize" (bool) and
-    "max_length" (int); empty for a plain HF directory.
+    Returns a dict with any of "pooling" ("cls" | "mean" | "last"), "normalize" (bool),
+    "max_length" (int), "query_prompt" and "document_prompt" (non-empty str: the
+    ``prompts`` of config_sentence_transformers.json named "query" and "document" or
+    "passage"); empty for a plain HF directory.
     """
     found: dict[str, Any] = {}
+    st_prompts = model_dir / "config_sentence_transformers.json"
+    if st_prompts.is_file():
+        prompts = json.loads(st_prompts.read_text()).get("prompts") or {}
+        for key, names in (("query_prompt", ("query",)), ("document_prompt", ("document", "passage"))):
+            text = next((prompts[n] for n in names if prompts.get(n)), "")
+            if text:
+                found[key] = str(text)
     modules_file = model_dir / "modules.json"
     if not modules_file.is_file():
         return found

