@@ -347,18 +347,24 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
 
 def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
     from lr_opensearch.bundle import pseudo
-    from lr_opensearch.cli import demo
+    from lr_opensearch.bundle.store import recipe_key  # names lr demo's stored bundle too
 
-    key = demo._recipe_key()
-    assert key == demo._recipe_key() and len(key) == 8
+    key = recipe_key()
+    assert key == recipe_key() and len(key) == 8
     monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
-    assert demo._recipe_key() != key  # a changed recipe never reuses an old cached bundle
+    assert recipe_key() != key  # a changed recipe never reuses an old cached bundle
     monkeypatch.undo()
     monkeypatch.setattr("lr_opensearch.bundle.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
-    assert demo._recipe_key() != key
+    assert recipe_key() != key
     monkeypatch.undo()
     monkeypatch.setattr("lr_opensearch.legs.builtin.SPARSE", dataclasses.replace(
         legs_builtin.SPARSE, default_weight=0.3))
     monkeypatch.setattr("lr_opensearch.legs.registry._LEGS", {
         **registry._LEGS, "sparse": legs_builtin.SPARSE})
-    assert demo._recipe_key() != key
+    assert recipe_key() != key
+    monkeypatch.undo()
+    # a leg registered at weight 0 changes no bundle: the stored one is reused
+    extra = dataclasses.replace(legs_builtin.BM25, name="bm25_title", default_weight=0.0)
+    monkeypatch.setattr("lr_opensearch.legs.registry._LEGS", {**registry._LEGS,
+                                                              "bm25_title": extra})
+    assert recipe_key() == key

@@ -50,7 +50,8 @@ def recipe_key() -> str:
     facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
                   pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
                   pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, ridge.LAMS, distill.DEFAULT_DISTILL,
-                  sorted(default_weights().items())))
+                  sorted((leg, w) for leg, w in default_weights().items() if w > 0)))
+    # (a leg of weight 0 is in no new bundle's weights: registering one keeps the stored ones)
     return hashlib.sha256(facts.encode()).hexdigest()[:8]
 
 
