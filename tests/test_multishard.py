@@ -18,7 +18,7 @@ from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.search import Retriever, fuse
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 N_DOCS = 240
 SHARDS = 3
