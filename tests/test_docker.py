@@ -110,6 +110,37 @@ def test_hybrid_search_equals_the_local_node(docker_opensearch_url: str, host_lo
         local.indices.delete(index=index, ignore_unavailable=True)
 
 
+def test_search_image_searches_without_torch(docker_opensearch_url: str, host_loaded: str,
+                                            tiny: Path,
+                                            adi: tuple[Path, list[dict[str, Any]]]) -> None:
+    """The torch-free search image (``lr-search``, docker/build.sh search): ``lr search`` in
+    it returns the host's hits and scores for the index the host loaded; torch is not in it."""
+    import json
+
+    from lr_opensearch import __version__
+
+    image = f"localhost/lr-opensearch/lr-search:{__version__}"
+    queries = [q["text"] for q in read_corpus(data_dir() / "adi" / "queries.jsonl.gz", limit=3)]
+    args = ["search", "--index", host_loaded, "--url", docker_opensearch_url, "--json", *queries]
+    host = _lr(*args, "--bundle", str(tiny))
+    assert host.returncode == 0, host.stderr[-2000:]
+    run = subprocess.run(["docker", "run", "--rm", "--network", "host", "-v",
+                          f"{tiny}:/bundle:ro", image, *args, "--bundle", "/bundle"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+
+    def ranked(out: str) -> list[list[tuple[str, float]]]:
+        return [[(h["doc_id"], round(h["score"], 6)) for h in d["hits"]] for d in json.loads(out)]
+
+    want, got = ranked(host.stdout), ranked(run.stdout)
+    assert len(want) == len(queries) and all(len(hits) == 10 for hits in want)
+    assert got == want
+    probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c",
+                            "import importlib.util as u; print(u.find_spec('torch'))"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert probe.returncode == 0 and probe.stdout.strip() == "None", probe.stderr[-2000:]
+
+
 def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_project_name: str,
                                    host_loaded: str, tiny: Path,
                                    adi: tuple[Path, list[dict[str, Any]]],
