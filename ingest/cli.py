@@ -170,18 +170,20 @@ def resolve_defaults(args: argparse.Namespace) -> IngestConfig:
     Every option is checked before a bundle is built."""
     from lr_opensearch.indexing.defaults import default_index_name
 
-    args.index = args.index or os.environ.get("LR_INDEX") or default_index_name(args.corpus)
+    named = args.index or os.environ.get("LR_INDEX")
+    args.index = named or default_index_name(args.corpus)
     bundle = args.bundle or os.environ.get("LR_BUNDLE")
     args.bundle = bundle or ""
     config = config_from_args(args)  # raises on bad options, before anything is built
+    config = dataclasses.replace(config, index_named=bool(named))
     if bundle is None:
         from lr_opensearch.bundle.store import fitted_bundle
-        from lr_opensearch.indexing.reader import check_corpus
+        from lr_opensearch.indexing.run import preflight
 
         if config.is_stdin:
             raise ConfigError("reading stdin: name the bundle with --bundle (or LR_BUNDLE); "
                               "the default bundle is fitted on the corpus file")
-        check_corpus(config.corpus)
+        preflight(config)  # the target and the corpus, before minutes of fitting
         args.bundle = str(fitted_bundle(config.corpus, progress=config.progress))
         config = dataclasses.replace(config, bundle=args.bundle)
     return config

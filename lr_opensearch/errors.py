@@ -39,6 +39,11 @@ class IngestError(LRError):
     """The ingest worker hit a problem it cannot recover from."""
 
 
+class IndexRefusedError(IngestError):
+    """The index itself refuses documents (closed, write-blocked, deleted): the run stops
+    without dead-lettering anything or moving its checkpoint."""
+
+
 class CorpusError(IngestError):
     """A corpus record is malformed. Carries the file and line number."""
 

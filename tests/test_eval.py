@@ -70,6 +70,15 @@ def test_load_beir_errors_say_where(tmp_path: Path) -> None:
         load_beir(root, split="dev")
 
 
+@pytest.mark.parametrize("qrels", ["", "query-id\tcorpus-id\tscore\n", "q1\td1\t0\n"])
+def test_a_split_with_no_judgments_is_refused_before_anything_runs(tmp_path: Path,
+                                                                   qrels: str) -> None:
+    root = make_beir(tmp_path / "ds")
+    (root / "qrels" / "test.tsv").write_text(qrels)
+    with pytest.raises(ConfigError, match="judges no document relevant"):
+        load_beir(root, "test")
+
+
 def test_metrics_hand_computed() -> None:
     qrels = {"q1": {"a": 2, "b": 1}, "q2": {"c": 1}}
     run = {"q1": [("b", 3.0), ("x", 2.0), ("a", 1.0)]}  # q2 retrieved nothing: counts as 0

@@ -8,7 +8,9 @@ session's, deploys a few small models (seconds each) and restarts that node once
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from lr_opensearch.cluster import (
     cluster_meta,
     deploy_bundle,
     export_dense,
+    export_sparse,
     mlapi,
     text_hybrid_body,
 )
@@ -158,6 +161,23 @@ def test_without_ml_commons_says_what_to_do(os_client: Any, tmp_path: Path) -> N
     assert "\n" not in str(exc.value)
 
 
+def test_in_cluster_search_without_ml_commons_says_ml_commons_is_missing(
+        os_client: Any, tmp_path: Path) -> None:
+    """Not "run lr models deploy": that would fail too on a node without the plugin."""
+    from lr_opensearch.engine.opensearch import OpenSearchAdapter
+    from lr_opensearch.search import Retriever
+
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
+    index = f"lr-test-no-ml-{uuid.uuid4().hex[:8]}"
+    OpenSearchAdapter(os_client).create_index(index, bundle)
+    try:
+        with pytest.raises(EngineError, match="no ml-commons plugin") as exc:
+            Retriever(bundle, os_client, index, encode="cluster").search("tides")
+        assert "lr models deploy" not in str(exc.value)
+    finally:
+        os_client.indices.delete(index=index, ignore_unavailable=True)
+
+
 def test_failed_deploy_says_what_to_do(ml_client: Any, tmp_path: Path) -> None:
     bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
     good = export_dense(bundle)
@@ -172,7 +192,63 @@ def test_failed_deploy_says_what_to_do(ml_client: Any, tmp_path: Path) -> None:
     with pytest.raises(mlapi.ModelDeployError, match=r"failed: .*run `lr models deploy`") as exc:
         ensure_model(ml_client, broken, timeout=120)
     assert "\n" not in str(exc.value)
-    mlapi.delete(ml_client, mlapi.find_model(ml_client, name)["model_id"])
+    assert mlapi.find_model(ml_client, name) is None  # the model it uploaded is gone
+
+
+def _registered(client: Any, name: str) -> list[str]:
+    """Ids of the models whose name starts with ``name`` (any state)."""
+    return [m["model_id"] for m in mlapi.list_models(client, name)]
+
+
+def test_upload_at_the_engine_chunk_limit(ml_client: Any, tmp_path: Path) -> None:
+    """A zip one byte over ml-commons' chunk limit goes up as a chunk of exactly
+    UPLOAD_CHUNK_LIMIT bytes and one of 1 byte; a chunk one byte larger is refused by the
+    engine, and the model that upload registered is removed."""
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False), seed=11))
+    limit = mlapi.UPLOAD_CHUNK_LIMIT
+    assert limit == 10_000_000
+    data = np.random.default_rng(0).bytes(limit + 1)  # never deployed: content is not read
+    sha = hashlib.sha256(data).hexdigest()
+    good = export_dense(bundle)
+    name = good.name.replace("-dense-", "-atlimit-")
+    model_id = mlapi.upload(ml_client, {**good.register, "name": name}, data, sha)
+    try:
+        model = mlapi.get_model(ml_client, model_id)
+        assert (model["model_state"], model["total_chunks"]) == ("REGISTERED", 2)
+        assert model["model_content_size_in_bytes"] == limit + 1
+    finally:
+        mlapi.delete(ml_client, model_id)
+    over = name.replace("-atlimit-", "-overlimit-")
+    with pytest.raises(EngineError, match=r"chunk 1/1 \(10,000,001 bytes\).*Chunk size exceeds"):
+        mlapi.upload(ml_client, {**good.register, "name": over}, data, sha,
+                     chunk_bytes=limit + 1)
+    assert _registered(ml_client, over) == []
+
+
+def test_a_half_done_deploy_leaves_nothing_registered(ml_client: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dense model uploads and deploys, the sparse one fails to deploy: deploy_bundle
+    raises and removes both models it uploaded."""
+    from lr_opensearch.cluster import deploy as deploy_module
+
+    bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False), seed=12))
+    good = export_sparse(bundle)
+    name = good.name.replace("-sparse-", "-brokensparse-")
+    broken = dataclasses.replace(good, name=name, data=_zip_of({"tokenizer.json": b"{not json",
+                                                               "idf.json": b"{}"}),
+                                 register={**good.register, "name": name})
+    monkeypatch.setattr(deploy_module, "export_sparse", lambda *a, **k: broken)
+    with pytest.raises(EngineError, match="lr models deploy"):
+        deploy_bundle(ml_client, bundle)
+    assert _registered(ml_client, f"lr-{bundle.bundle_id[:12]}-") == []
+
+
+def _zip_of(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
 
 
 def test_undeployed_model_then_restart_and_deploy_again(adi: dict[str, Any], ml_client: Any,

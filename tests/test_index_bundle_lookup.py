@@ -75,6 +75,19 @@ def test_search_finds_the_bundle_from_the_index(indexed: tuple[str, Path], opens
     # LR_BUNDLE and --bundle still win
     monkeypatch.setenv("LR_BUNDLE", str(LEGACY / "bundle"))
     assert _search_json(opensearch_url, index, capsys)[0]["hits"][0]["doc_id"] == hits[0]["doc_id"]
+    # a closed index is listed as closed, not left out
+    client = __import__("opensearchpy").OpenSearch(opensearch_url)
+    client.indices.close(index=index)
+    try:
+        assert main(["index", "list", "--url", opensearch_url, "--json"]) == 0
+        rows = {r["index"]: r for r in json.loads(capsys.readouterr().out)}
+        assert rows[index]["state"] == "closed" and rows[index]["docs"] is None
+        assert rows[index]["bundle_id"] == LEGACY_ID
+        assert main(["index", "list", "--url", opensearch_url]) == 0
+        line = next(li for li in capsys.readouterr().out.splitlines() if li.startswith(index))
+        assert "closed" in line
+    finally:
+        client.indices.open(index=index, wait_for_active_shards=1)
 
 
 def test_inspect_refuses_a_port_it_cannot_bind(indexed: tuple[str, Path], opensearch_url: str,

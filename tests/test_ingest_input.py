@@ -106,3 +106,52 @@ def test_a_broken_line_keeps_its_id_when_it_is_readable(tmp_path: Path, raw: byt
     path.write_bytes(raw)
     (item,) = items(path)
     assert isinstance(item, rd.Rejection) and item.id == want
+
+
+def test_corrupt_gzip_gives_every_line_before_the_damage_and_names_where_it_starts(
+        tmp_path: Path) -> None:
+    # a small file (one read of the compressed stream): the damage must not take the lines
+    # before it along, and the position named is where the damage is, not the end of file
+    plain = b"".join(jl({"_id": f"d{i}", "text": f"document {i} about topic {i * 7}"})
+                     for i in range(60))
+    data = bytearray(gzip.compress(plain, mtime=0))
+    at = len(data) * 2 // 3
+    data[at: at + 24] = bytes(range(24, 48))
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(bytes(data))
+    got = items(path, report_truncation=True)
+    last = got[-1]
+    assert isinstance(last, rd.Truncation)
+    # deflate finds damage late (at worst at the member's checksum): the lines decoded just
+    # before may be garbled, but every line before the damaged bytes comes through intact
+    intact = [x.id for x in got[:20] if isinstance(x, rd.Record)]
+    assert intact == [f"d{i}" for i in range(20)], got[:20]
+    assert last.file_position <= at + 24 < len(data)
+    assert f"byte {last.file_position}" in last.message
+
+
+def test_a_lone_surrogate_escape_is_one_rejection_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(jl({"_id": "a", "text": "fine"})
+                     + b'{"_id": "b", "text": "broken \\udc80 here"}\n'
+                     + b'{"_id": "c\\ud800", "text": "bad id"}\n'
+                     + b'{"_id": "d", "text": "ok", "metadata": {"k": "\\udfff"}}\n'
+                     + b'{"_id": "e", "text": "a pair \\ud83d\\ude00 is fine"}\n')
+    got = items(path)
+    assert [type(x).__name__ for x in got] == ["Record", "Rejection", "Rejection", "Rejection",
+                                               "Record"]
+    for bad in got[1:4]:
+        assert isinstance(bad, rd.Rejection) and bad.reason == rd.INVALID_TEXT
+        assert "surrogate" in bad.message
+    assert isinstance(got[4], rd.Record) and "\U0001f600" in got[4].text
+
+
+def test_a_deeply_nested_line_is_one_rejection_and_the_next_line_is_read(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    deep = b'{"_id": "deep", "text": "x", "m": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    path.write_bytes(deep + jl({"_id": "after", "text": "still read"}))
+    got = items(path)
+    assert isinstance(got[0], rd.Rejection) and got[0].reason == rd.MALFORMED_JSON
+    assert "nested" in got[0].message and got[0].id == "deep"
+    assert isinstance(got[1], rd.Record) and got[1].id == "after"

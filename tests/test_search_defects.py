@@ -39,6 +39,36 @@ def test_dsl_output_keeps_the_query_inside_its_comment() -> None:
     assert lines[0].startswith("# query: ") and "\\n" in lines[0]
 
 
+def test_dsl_comment_line_escapes_every_control_character() -> None:
+    evil = "a\x85b\x7fc\u2028d\u2029e\x9bf"
+    plan = {"query": evil, "path": "single", "engine": "opensearch",
+            "fusion": {"legs": ["bm25"], "weights": [1.0], "semantics": "opensearch",
+                       "normalization": "min_max", "combination": "arithmetic_mean"},
+            "requests": [{"method": "GET", "path": "/docs/_search",
+                          "body": {"query": {"match": {"text": evil}}}}]}
+    text = format_dsl(plan)
+    assert not re.search(r"[\x7f-\x9f\u2028\u2029]", text), repr(text)
+    assert text.splitlines()[0] == '# query: "a\\u0085b\\u007fc\\u2028d\\u2029e\\u009bf"'
+
+
+def test_hits_of_several_indices_show_their_index() -> None:
+    hits = [Hit("1", 1, 0.9, {"bm25": 1.0}, {"title": "alpha"}, index="books"),
+            Hit("1", 2, 0.8, {"bm25": 0.5}, {"title": "beta"}, index="papers")]
+    lines = format_hits("q", hits).splitlines()
+    assert "index" in lines[1]
+    assert "books" in lines[2] and "papers" in lines[3]
+    one = format_hits("q", [Hit("1", 1, 0.9, {"bm25": 1.0}, {"title": "a"}, index="books")])
+    assert "index" not in one.splitlines()[1]  # one index: no column
+
+
+@pytest.mark.parametrize("target", [",", "a,", ",b", "a,,b", " "])
+def test_a_target_with_an_empty_index_name_is_refused(target: str) -> None:
+    from lr_opensearch.search.retriever import check_target
+
+    with pytest.raises(ConfigError, match="index"):
+        check_target(target)
+
+
 def test_terminal_output_has_no_control_characters() -> None:
     title = "ok \x1b[31mRED\x1b[0m \x07bell\x9b"
     hits = [Hit("d\x1b[2J1", 1, 1.0, {"bm25": 1.0}, {"title": title})]
@@ -137,9 +167,13 @@ def test_a_target_mixing_bundles_is_refused(two_indices: Any, os_client: Any) ->
     bundle, a, _b, o, _alias = two_indices
     os_client.indices.put_alias(index=o, name=f"{a}-mixed")
     os_client.indices.put_alias(index=a, name=f"{a}-mixed")
+    other_id = OpenSearchAdapter(os_client).index_meta(o)["bundle_id"]
     for target in (f"{a},{o}", f"{o},{a}", f"{a}-mixed", a[:-3] + "-*"):
-        with pytest.raises(BundleMismatchError, match=o):
+        with pytest.raises(BundleMismatchError, match=o) as exc:
             Retriever(bundle, os_client, target)
+        message = str(exc.value)
+        assert "mixes" in message and a in message and other_id in message
+        assert bundle.bundle_id in message and "re-create" not in message
     with pytest.raises(EngineError, match="no opensearch index matches"):  # a wildcard of none
         Retriever(bundle, os_client, "lr-test-no-such-index-*")
 

@@ -30,8 +30,19 @@ def add_connection_args(parser: Any, *, timeout: bool = False) -> None:
     parser.add_argument("--insecure", "--no-verify-certs", dest="insecure", action="store_true",
                         help="do not verify TLS certificates (self-signed test clusters only)")
     if timeout:
-        parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
+        parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                             help=f"request timeout in seconds (default {DEFAULT_TIMEOUT_S})")
+
+
+def positive_seconds(value: str) -> int:
+    """``--timeout``: a whole number of seconds, at least 1 (argparse's type)."""
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"{seconds} s: a request timeout must be at least 1 s")
+    return seconds
 
 
 def connection_kwargs(args: argparse.Namespace) -> dict[str, Any]:

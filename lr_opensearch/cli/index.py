@@ -103,8 +103,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def list_indices(client: Any) -> list[dict[str, Any]]:
-    """Every index made by lr-opensearch on the cluster: name, format, bundle id, document
-    count, and the bundle's directory on this machine (None: not here)."""
+    """Every index made by lr-opensearch on the cluster, closed ones included: name, state
+    (open / closed), format, bundle id, document count (None when closed), and the bundle's
+    directory on this machine (None: not here)."""
     from lr_opensearch.bundle.store import bundle_of_index
     from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.templates import META_KEY
@@ -112,7 +113,7 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
 
     adapter = make_adapter(client)
     out = []
-    for name, mapping in sorted(adapter.index_mappings("*").items()):
+    for name, mapping in sorted(adapter.index_mappings("*", closed=True).items()):
         meta = mapping.get("_meta", {}).get(META_KEY)
         if not meta:
             continue
@@ -120,9 +121,11 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
             here: str | None = str(bundle_of_index(name, meta))
         except ConfigError:
             here = None
-        out.append({"index": name, "format": meta.get("format", "lightretriever-index"),
-                    "bundle_id": meta.get("bundle_id"), "docs": adapter.count(name),
-                    "bundle": here})
+        closed = adapter.index_closed(name)
+        out.append({"index": name, "state": "closed" if closed else "open",
+                    "format": meta.get("format", "lightretriever-index"),
+                    "bundle_id": meta.get("bundle_id"),
+                    "docs": None if closed else adapter.count(name), "bundle": here})
     return out
 
 
@@ -138,7 +141,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print(f"{'index':<{width}}  {'docs':>9}  {'bundle id':<32}  bundle here")
     for r in rows:
         kind = "" if r["format"] == "lightretriever-index" else f" [{r['format']}]"
-        print(f"{r['index']:<{width}}  {r['docs']:>9}  {r['bundle_id'] or '-':<32}  "
+        docs = "closed" if r["docs"] is None else r["docs"]
+        print(f"{r['index']:<{width}}  {docs:>9}  {r['bundle_id'] or '-':<32}  "
               f"{r['bundle'] or 'no (give --bundle DIR to search it)'}{kind}")
     return 0
 

@@ -76,13 +76,16 @@ def format_hits(query: str, hits: Sequence[Hit], *, explain: bool = False) -> st
         lines.append("  (no hits)")
         return "\n".join(lines)
     columns = [name for name in legs.names() if any(name in h.scores for h in hits)]
-    ids = [shown(h.doc_id) for h in hits]
+    # a target of several indices: one _id can be a hit of each, so the index is shown
+    several = len({h.index for h in hits}) > 1
+    ids = [shown(f"{h.index}/{h.doc_id}" if several else h.doc_id) for h in hits]
     id_width = max(4, *(len(i) for i in ids))
     title_width = max(
         20, min(TITLE_WIDTH, shutil.get_terminal_size((120, 20)).columns - id_width - 40)
     )
     head = " ".join(f"{name:>8}" for name in columns)
-    lines.append(f"{'rank':>4}  {'id':<{id_width}}  {'score':>8} {head}  title")
+    lines.append(f"{'rank':>4}  {'index/id' if several else 'id':<{id_width}}  {'score':>8} "
+                 f"{head}  title")
     for h, doc_id in zip(hits, ids, strict=True):
         cells = " ".join(_num(h.scores.get(name)) for name in columns)
         lines.append(f"{h.rank:>4}  {doc_id:<{id_width}}  {_num(h.score)} {cells}  "
@@ -98,7 +101,7 @@ def format_dsl(plan: dict[str, Any]) -> str:
     how = {"server": f"{plan['engine']} fuses these legs itself",
            "client": "fused client side by lr_opensearch.search.fusion",
            "single": "one leg alone"}[plan["path"]]
-    lines = [f"# query: {json.dumps(plan['query'], ensure_ascii=False)}",
+    lines = [f"# query: {json_text(plan['query'])}",
              f"# legs {', '.join(f['legs'])}, weights {f['weights']}, semantics "
              f"{f['semantics']}, {f['normalization']} + {f['combination']}: {how}"]
     for r in plan["requests"]:
@@ -126,8 +129,18 @@ def _dumps_compact_vectors(body: Any) -> str:
     text = json.dumps(swap(body), ensure_ascii=False, indent=2)
     for i, vec in enumerate(vectors):
         text = text.replace(json.dumps(f"\x00{i}\x00"), vec)
-    # JSON leaves DEL and the C1 controls raw; as \u escapes they stay inside their string
+    return escape_controls(text)
+
+
+def escape_controls(text: str) -> str:
+    """JSON text with DEL, the C1 controls and the line / paragraph separators (which JSON
+    leaves raw) as ``\\u`` escapes: they stay inside their string, on their line."""
     return CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as one line of JSON that no character of it can break."""
+    return escape_controls(json.dumps(value, ensure_ascii=False))
 
 
 def _explain_lines(e: Explanation) -> list[str]:

@@ -57,14 +57,16 @@ def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[
             return found["model_id"], "reused"
     if found and mlapi.serving(client, found["model_id"]):
         return found["model_id"], "reused"
-    action = "deployed"
     if found:
-        model_id = found["model_id"]
-    else:
-        model_id = mlapi.upload(client, model.register, model.data, model.sha256)
-        action = "uploaded"
-    mlapi.deploy(client, model_id, model.name, timeout=timeout)
-    return model_id, action
+        mlapi.deploy(client, found["model_id"], model.name, timeout=timeout)
+        return found["model_id"], "deployed"
+    model_id = mlapi.upload(client, model.register, model.data, model.sha256)
+    try:
+        mlapi.deploy(client, model_id, model.name, timeout=timeout)
+    except BaseException:
+        mlapi.remove(client, model_id, model.name)  # uploaded here: leave nothing behind
+        raise
+    return model_id, "uploaded"
 
 
 def pipeline_body(record: dict[str, Any]) -> dict[str, Any]:
@@ -98,8 +100,28 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         make_adapter(client).check_bundle(index, bundle)
     dense = export_dense(bundle, instruction=instruction, max_tokens=max_tokens)
     sparse = export_sparse(bundle, max_tokens=max_tokens, sparse_min_idf=sparse_min_idf)
-    dense_id, dense_done = ensure_model(client, dense, timeout)
-    sparse_id, sparse_done = ensure_model(client, sparse, timeout)
+    uploaded: list[tuple[str, str]] = []  # (id, name) of the models this call uploaded
+    try:
+        dense_id, dense_done = ensure_model(client, dense, timeout)
+        if dense_done == "uploaded":
+            uploaded.append((dense_id, dense.name))
+        sparse_id, sparse_done = ensure_model(client, sparse, timeout)
+        if sparse_done == "uploaded":
+            uploaded.append((sparse_id, sparse.name))
+        record = _record(bundle, instruction, max_tokens, sparse_min_idf, dense, dense_id,
+                         sparse, sparse_id)
+        if index is not None:
+            _wire_index(client, index, record, default_pipeline)
+    except BaseException:
+        for model_id, name in uploaded:  # a half-done deploy leaves nothing registered
+            mlapi.remove(client, model_id, name)
+        raise
+    return {**record, "actions": {DENSE_KIND: dense_done, SPARSE_KIND: sparse_done}}
+
+
+def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min_idf: float,
+            dense: ModelZip, dense_id: str, sparse: ModelZip, sparse_id: str) -> dict[str, Any]:
+    """What ``_meta.lightretriever.cluster`` records of a deploy."""
     config = fusion_config(bundle.config.weights, "opensearch")
     by_input = {legs.QUERY_VECTOR: dense_id, legs.TOKEN_WEIGHTS: sparse_id}
     record: dict[str, Any] = {
@@ -116,9 +138,7 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         "pipeline": pipeline_name(config).replace("lr-hybrid", f"lr-incluster-{bundle.bundle_id[:12]}"),
         "deployed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    if index is not None:
-        _wire_index(client, index, record, default_pipeline)
-    return {**record, "actions": {DENSE_KIND: dense_done, SPARSE_KIND: sparse_done}}
+    return record
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:

@@ -1,8 +1,10 @@
 """The ml-commons REST calls ``lr models`` needs: upload in chunks, deploy, wait, find, undeploy.
 
 Models are uploaded through the model upload API (``_register_meta`` + ``upload_chunk``),
-because a real cluster cannot read the client's files. Every error is one line that says
-what to do.
+because a real cluster cannot read the client's files, in chunks of at most
+``UPLOAD_CHUNK_LIMIT`` bytes. An upload or deploy that fails after ``_register_meta``
+removes the model it registered (:func:`remove`): nothing half-registered stays behind.
+Every error is one line that says what to do.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from lr_opensearch.errors import EngineError
 logger = logging.getLogger(__name__)
 
 ML = "/_plugins/_ml"
-CHUNK_BYTES = 10 * 1024 * 1024  # bytes per upload_chunk request
+# ml-commons refuses an upload_chunk body of more than 10,000,000 bytes ("Chunk size exceeds
+# 10MB"): ModelHelper.CHUNK_SIZE = 10_000_000 in ml-algorithms, checked by
+# MLModelChunkUploader.validateChunkSize (refused when length > CHUNK_SIZE), ml-commons 2.x
+# to 3.6. 10 MiB (10,485,760) is over it. tests/test_incluster.py uploads at the limit.
+UPLOAD_CHUNK_LIMIT = 10_000_000
 DEPLOYED = "DEPLOYED"
 ML_PLUGIN = "opensearch-ml"
 NO_ML_HINT = ("start a node with ml-commons (`lr node start --with-ml`), or install the "
@@ -133,8 +139,10 @@ def state_of(client: Any, model_id: str) -> str:
 
 
 def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
-           chunk_bytes: int = CHUNK_BYTES) -> str:
-    """Register a model's metadata and upload its zip in chunks; returns the model id."""
+           chunk_bytes: int = UPLOAD_CHUNK_LIMIT) -> str:
+    """Register a model's metadata and upload its zip in chunks of ``chunk_bytes`` (the
+    engine takes at most ``UPLOAD_CHUNK_LIMIT``); returns the model id. A failed chunk
+    removes the registered model before the error is raised."""
     chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
     body = {**register, "model_content_hash_value": sha256,
             "model_content_size_in_bytes": len(data), "total_chunks": len(chunks)}
@@ -142,8 +150,14 @@ def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
     res = request(client, "POST", f"{ML}/models/_register_meta", body,
                   what=f"registering model {name}")
     model_id = str(res["model_id"])
-    for n, chunk in enumerate(chunks):
-        request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk, what=f"uploading chunk {n + 1}/{len(chunks)} of model {name}")
+    try:
+        for n, chunk in enumerate(chunks):
+            request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk,
+                    what=f"uploading chunk {n + 1}/{len(chunks)} ({len(chunk):,} bytes) of "
+                         f"model {name}")
+    except BaseException:
+        remove(client, model_id, name)
+        raise
     logger.info("uploaded model %s (%s, %d bytes in %d chunk(s))", name, model_id, len(data),
                 len(chunks))
     return model_id
@@ -197,6 +211,23 @@ def undeploy(client: Any, model_id: str) -> None:
 
 def delete(client: Any, model_id: str) -> None:
     request(client, "DELETE", f"{ML}/models/{model_id}", what=f"deleting model {model_id}")
+
+
+def remove(client: Any, model_id: str, name: str) -> bool:
+    """Undeploy (where needed) and delete a model this run registered, after a failure;
+    never raises (the failure being handled is the error to report). True when it is gone;
+    otherwise a warning says how to remove it."""
+    try:
+        state = str(get_model(client, model_id).get("model_state"))
+        if state in (DEPLOYED, "DEPLOYING", "PARTIALLY_DEPLOYED") or serving(client, model_id):
+            undeploy(client, model_id)
+        delete(client, model_id)
+        logger.info("removed model %s (%s) after the failure", name, model_id)
+        return True
+    except Exception as exc:  # noqa: BLE001 - cleanup must not hide the first error
+        logger.warning("could not remove the half-registered model %s (%s): %s; remove it "
+                       "with `lr models undeploy --delete`", name, model_id, exc)
+        return False
 
 
 def predict_dense(client: Any, model_id: str, text: str) -> list[float]:

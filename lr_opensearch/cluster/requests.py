@@ -38,6 +38,7 @@ def cluster_meta(client: Any, index: str) -> dict[str, Any]:
     meta = body.get("mappings", {}).get("_meta", {})
     record = meta.get("lightretriever", {}).get(CLUSTER_KEY)
     if not record:
+        mlapi.require_ml(client)  # without the plugin, deploying would fail too: say that
         raise EngineError(f"index {index!r} has no in-cluster query models; run `lr models deploy "
                           f"--bundle BUNDLE --index {index}` first, or search without --in-cluster")
     return dict(record)

@@ -325,6 +325,21 @@ class EngineAdapter:
         return bool(self._admin(f"checking index {index!r}", self.client.indices.exists,
                                 index=index))
 
+    def index_closed(self, index: str) -> bool:
+        """True if ``index`` (one concrete index) exists and is closed."""
+        resp = self._admin(f"reading the state of index {index!r}", self.client.cluster.state,
+                           metric="metadata", index=index)
+        found = dict(resp).get("metadata", {}).get("indices", {}).get(index, {})
+        return found.get("state") == "close"
+
+    def alias_targets(self, name: str) -> list[str]:
+        """The indices ``name`` is an alias of ([] when it is no alias)."""
+        if not self._admin(f"checking alias {name!r}", self.client.indices.exists_alias,
+                           name=name):
+            return []
+        resp = self._admin(f"reading alias {name!r}", self.client.indices.get_alias, name=name)
+        return sorted(dict(resp))
+
     def index_mapping(self, index: str) -> dict[str, Any]:
         """The index's ``mappings`` object (of a target of several indices: the first's).
 
@@ -337,15 +352,17 @@ class EngineAdapter:
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
         return next(iter(mappings.values()))
 
-    def index_mappings(self, target: str) -> dict[str, dict[str, Any]]:
+    def index_mappings(self, target: str, *, closed: bool = False) -> dict[str, dict[str, Any]]:
         """The ``mappings`` of every concrete index behind ``target`` (an index, a list
-        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name.
+        ``a,b``, an alias or a wildcard: a wildcard may match none), by index name; with
+        ``closed``, a wildcard matches closed indices too.
 
         Raises:
             EngineError: a named index does not exist (with how to create it), or no answer.
         """
+        extra = {"expand_wildcards": "open,closed"} if closed else {}
         try:
-            resp = self.client.indices.get_mapping(index=target)
+            resp = self.client.indices.get_mapping(index=target, **extra)
         except self.transport_errors as exc:
             if status_of(exc) == 404:
                 raise EngineError(f"{self.engine} index {target!r} does not exist; create it "
@@ -376,8 +393,19 @@ class EngineAdapter:
         if not mappings:
             raise EngineError(f"no {self.engine} index matches {target!r}; create one with `lr "
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
-        metas = [check_meta(dict(mapping.get("_meta", {}).get(META_KEY, {})), name, bundle)
-                 for name, mapping in sorted(mappings.items())]
+        found = {name: dict(mapping.get("_meta", {}).get(META_KEY, {}))
+                 for name, mapping in sorted(mappings.items())}
+        ids = {str(meta.get("bundle_id")) for meta in found.values()}
+        if len(found) > 1 and len(ids) > 1:
+            from lr_opensearch.errors import BundleMismatchError
+
+            parts = "; ".join(f"{name}: {meta.get('bundle_id') or 'not a LightRetriever index'}"
+                              for name, meta in found.items())
+            raise BundleMismatchError(
+                f"{target!r} mixes indices built with different bundles ({parts}); one search "
+                f"uses one bundle ({bundle.bundle_id} here): search the indices of each bundle "
+                "separately, or point the alias at indices of one bundle")
+        metas = [check_meta(meta, name, bundle) for name, meta in found.items()]
         return metas[0]
 
     def index_body(self, bundle: Bundle, *, m: int = 16, ef_construction: int = 128,

@@ -131,6 +131,10 @@ def load_beir(path: str | Path, split: str = "test") -> Dataset:
     if not qrels_path.is_file():
         raise ConfigError(f"{root} has no qrels/{split}.tsv")
     qrels = read_qrels(qrels_path)
+    if not any(rel > 0 for judged in qrels.values() for rel in judged.values()):
+        raise ConfigError(f"{qrels_path} judges no document relevant to any query (it is empty, "
+                          "or every relevance is 0): there is nothing to evaluate; give a "
+                          "split with judgments (--split)")
     queries: dict[str, str] = {}
     for _, record in iter_jsonl(_find(root, "queries")):
         qid = str(record["_id"])

@@ -24,6 +24,9 @@ from lr_opensearch.options import (
 STDIN = "-"
 # what the engines accept as index.refresh_interval: -1, 0, or a number with a time unit
 TIME_VALUE = re.compile(r"-1|0|\d+(nanos|micros|ms|s|m|h|d)")
+# characters the engines refuse in an index name, or that make a name a list / pattern
+# (an ingest target is one index)
+INDEX_NAME_FORBIDDEN = set('\\/*?"<>| ,#:')
 
 
 def default_state_dir() -> Path:
@@ -82,6 +85,8 @@ class ConnectionConfig:
 
     def __post_init__(self) -> None:
         choice("engine", self.engine, ENGINE_CHOICES)
+        if self.timeout < 1:
+            raise ConfigError(f"--timeout {self.timeout}: a request timeout must be at least 1 s")
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class IngestConfig:
     sparse_layout / seismic: the sparse field's layout and SEISMIC parameters when the run
         creates the index (``lr_opensearch.engine.seismic``; None: ``rank_features``); an
         existing index keeps its own (a layout asked for must be that one).
+    index_named: the user named the index (``--index``, ``LR_INDEX``); False when it was
+        made from the corpus file name, and then an existing index of that name must hold
+        this corpus (``indexing.provenance``).
     """
 
     corpus: str
@@ -153,6 +161,7 @@ class IngestConfig:
     max_chunk_bytes: int = 50 * 1024 * 1024
     sparse_layout: str | None = None
     seismic: SeismicIndexParams | None = None
+    index_named: bool = True
 
     @property
     def create_opts(self) -> dict[str, Any]:
@@ -180,6 +189,11 @@ class IngestConfig:
         if not self.index or self.index != self.index.lower() or self.index.startswith(("_", "-")):
             raise ConfigError(f"invalid index name {self.index!r}: use a lowercase name that does "
                               "not start with '_' or '-'")
+        bad = sorted(INDEX_NAME_FORBIDDEN & set(self.index))
+        if bad:
+            raise ConfigError(f"invalid index name {self.index!r}: an ingest target is one index, "
+                              f"and {' '.join(repr(c) for c in bad)} make(s) it a list, a pattern "
+                              "or a name the engines refuse; name one index with --index NAME")
 
     @property
     def is_stdin(self) -> bool:

@@ -4,6 +4,11 @@
 filling a buffer, and the lines decompressed into that buffer are lost with it. This
 stream decompresses in small steps and delivers what it has first, so the corpus reader
 gets every complete line before the error and can report where the file breaks.
+
+zlib raises on corrupt data without handing over what it decompressed in the same call, so
+when a step fails the stream goes back to the state before it and feeds the damaged read
+one byte at a time: every byte before the damage comes out, and ``consumed`` says where
+the damage starts in the file.
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ class GzipStream(io.RawIOBase):
         self._d = zlib.decompressobj(wbits=31)
         self._input = b""
         self._out = b""
+        self._read = 0  # compressed bytes read from ``raw``
+        self._careful = False  # a step failed: feed one byte at a time up to the damage
+
+    @property
+    def consumed(self) -> int:
+        """Compressed bytes of the file fed to the decompressor so far (after a failure:
+        where the damage starts)."""
+        return self._read - len(self._input)
 
     def readable(self) -> bool:
         return True
@@ -47,6 +60,7 @@ class GzipStream(io.RawIOBase):
         """Decompress some more into ``_out``; False at the clean end of the file."""
         if not self._input:
             self._input = self._raw.read(CHUNK)
+            self._read += len(self._input)
             if not self._input:
                 if self._d.eof:
                     return False
@@ -56,6 +70,15 @@ class GzipStream(io.RawIOBase):
                 self._input = b""
                 return True
             self._d = zlib.decompressobj(wbits=31)
-        self._out = self._d.decompress(self._input, OUT)
-        self._input = self._d.unused_data if self._d.eof else self._d.unconsumed_tail
+        piece = self._input[:1] if self._careful else self._input
+        rest = self._input[len(piece):]
+        before = None if self._careful else self._d.copy()
+        try:
+            self._out = self._d.decompress(piece, OUT)
+        except zlib.error as exc:
+            if before is None:
+                raise zlib.error(f"{exc}, at byte {self.consumed} of the file") from None
+            self._d, self._careful = before, True
+            return True
+        self._input = (self._d.unused_data if self._d.eof else self._d.unconsumed_tail) + rest
         return True

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch.engine.adapter import VECTOR_FIELDS
 from lr_opensearch.engine.seismic import layout_of
-from lr_opensearch.errors import ConfigError
+from lr_opensearch.errors import ConfigError, IndexRefusedError
 
 from .config import BulkSettings
 
@@ -24,6 +25,84 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOAD_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
+# the index blocks that refuse document writes (index.blocks.*)
+WRITE_BLOCKS = ("write", "read_only", "read_only_allow_delete")
+
+
+def check_target(adapter: EngineAdapter, index: str) -> None:
+    """Refuse an ingest target that is an alias: writing through it would change settings
+    and documents of indices the user did not name. (Lists and wildcards are refused by
+    ``IngestConfig``.)
+
+    Raises:
+        ConfigError: ``index`` is an alias, naming its indices.
+    """
+    targets = adapter.alias_targets(index)
+    if targets:
+        raise ConfigError(f"{index!r} is an alias (of {', '.join(targets)}), not an index: "
+                          "ingest into one index by its name (--index NAME); nothing was "
+                          "changed")
+
+
+def check_writable(adapter: EngineAdapter, index: str) -> None:
+    """Refuse, before anything is encoded, an index that cannot take documents: closed, or
+    with a write block.
+
+    Raises:
+        IndexRefusedError: naming the state or the block and how to lift it.
+    """
+    if adapter.index_closed(index):
+        raise IndexRefusedError(f"index {index!r} is closed, so it takes no documents; open "
+                                f"it (POST /{index}/_open) and rerun the same command "
+                                "(nothing was written)")
+    blocks = adapter.index_settings(index).get("blocks") or {}
+    on = [name for name in WRITE_BLOCKS if str(blocks.get(name, "false")).lower() == "true"]
+    if on:
+        raise IndexRefusedError(
+            f"index {index!r} has index.blocks.{on[0]} set, so it takes no documents; lift "
+            f"it (PUT /{index}/_settings {{\"index.blocks.{on[0]}\": false}}; a "
+            "read_only_allow_delete block is set by the engine when a disk passes the "
+            "flood-stage watermark: free space first) and rerun the same command (nothing was "
+            "written)")
+
+
+def check_same_copy(adapter: EngineAdapter, index: str, uuid: str | None) -> None:
+    """The index the run writes to is still the copy it started with.
+
+    Raises:
+        IndexRefusedError: the index was deleted (and perhaps created again, without the
+            LightRetriever mapping, by the engine from this run's own writes).
+    """
+    if uuid is None:
+        return
+    if not adapter.index_exists(index):
+        raise IndexRefusedError(f"index {index!r} was deleted during the run; rerun with "
+                                "--restart to create it again and ingest from the start")
+    now = adapter.index_settings(index).get("uuid")
+    if now != uuid:
+        raise IndexRefusedError(
+            f"index {index!r} was deleted during the run and another index of that name is "
+            f"there now (uuid {now}, was {uuid}; the engine creates one, without the "
+            f"LightRetriever mapping, when documents are written to a missing index): delete "
+            f"it (DELETE /{index}) and rerun with --restart")
+
+
+def check_fields(adapter: EngineAdapter, index: str) -> None:
+    """The index's mapping has the vector fields its ``_meta`` promises.
+
+    Raises:
+        BundleMismatchError: a field is missing (the index was not made by ``lr index
+            create`` / ingest, or its mapping was replaced).
+    """
+    from lr_opensearch.errors import BundleMismatchError
+
+    properties = adapter.index_mapping(index).get("properties", {})
+    missing = [f for f in VECTOR_FIELDS.values() if f not in properties]
+    if missing:
+        raise BundleMismatchError(
+            f"index {index!r} claims to be a LightRetriever index (_meta.lightretriever) but "
+            f"its mapping has no {' or '.join(missing)} field; it cannot hold documents: "
+            "delete it, or ingest into a new index (nothing was written)")
 
 
 def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle,
@@ -39,11 +118,12 @@ def ensure_index(adapter: EngineAdapter, index: str, bundle: Bundle,
         BundleMismatchError: the index exists and was built with another bundle (nothing is
             written in that case).
     """
-    if adapter.index_exists(index):
+    check_target(adapter, index)
+    if adapter.index_exists(index) or not adapter.create_index(index, bundle, **create_opts):
+        # (not created: another worker was first)
         adapter.check_bundle(index, bundle)
-        return False
-    if not adapter.create_index(index, bundle, **create_opts):  # another worker was first
-        adapter.check_bundle(index, bundle)
+        check_fields(adapter, index)
+        check_writable(adapter, index)
         return False
     return True
 

@@ -74,6 +74,18 @@ def _meta(adapter: EngineAdapter, index: str) -> dict[str, Any]:
     return dict(adapter.index_mapping(index).get("_meta", {}))
 
 
+@contextlib.contextmanager
+def locked_meta(adapter: EngineAdapter, index: str, state_dir: Path) -> Iterator[dict[str, Any]]:
+    """The index's ``_meta`` to change in place, written back (if changed) under the lock
+    that serialises this machine's ``_meta`` updates."""
+    with _locked(state_dir, index):
+        meta = _meta(adapter, index)
+        before = repr(meta)
+        yield meta
+        if repr(meta) != before:
+            adapter.put_index_meta(index, meta)
+
+
 def load_record(adapter: EngineAdapter, index: str) -> dict[str, Any] | None:
     """The index's shared bulk-load record, or None when no run is loading into it."""
     record = _meta(adapter, index).get(LOAD_KEY)

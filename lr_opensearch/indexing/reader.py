@@ -53,6 +53,7 @@ DUPLICATE_ID = "duplicate_id"
 INVALID_FIELD = "invalid_field"
 EMPTY_DOCUMENT = "empty_document"
 CONFLICTING_FIELD = "conflicting_field"
+INVALID_TEXT = "invalid_text"  # valid JSON whose strings are not text (a lone surrogate)
 TRUNCATED = "truncated_corpus"  # the file cannot be read past this line (cut or corrupt .gz)
 
 
@@ -152,6 +153,27 @@ def check_corpus(path: str) -> None:
         raise CorpusError(f"corpus file {path} is not readable (permissions)")
 
 
+def check_not_empty(path: str) -> None:
+    """Raise ``CorpusError`` if a corpus file holds no line but blank ones (stdin is not
+    read ahead: its emptiness shows in the summary).
+
+    Reads only up to the first non-blank line."""
+    if path == STDIN:
+        return
+    stream, raw = open_corpus(path)
+    try:
+        for line in stream:
+            if line.strip():
+                return
+    except (EOFError, OSError, zlib.error):  # the first line is damaged: the run reports it
+        return
+    finally:
+        stream.close()
+        raw.close()
+    raise CorpusError(f"corpus file {path} holds no documents (it is empty or blank); give "
+                      "a JSONL file with one JSON object per line")
+
+
 def is_gzip(path: str) -> bool:
     if path == STDIN:
         return False
@@ -230,7 +252,7 @@ class CorpusReader:
             except StopIteration:
                 break
             except (EOFError, OSError, zlib.error) as exc:  # gzip: cut short, or bad data
-                cut = self._truncation(line_no + 1, offset, exc)
+                cut = self._truncation(line_no + 1, offset, exc, damage_at(stream))
                 if not self.report_truncation:
                     raise CorpusError(cut.message) from exc
                 yield cut
@@ -251,17 +273,19 @@ class CorpusReader:
             raise IngestError(f"{self.path} has {line_no} lines but the checkpoint is at line "
                               f"{self.resume_line}: the corpus changed; rerun with --restart.")
 
-    def _truncation(self, line_no: int, offset: int, exc: BaseException) -> Truncation:
+    def _truncation(self, line_no: int, offset: int, exc: BaseException,
+                    position: int | None) -> Truncation:
         if line_no <= self.resume_line:
             raise IngestError(f"{self.path} cannot be read past line {line_no - 1} ({exc}) but "
                               f"the checkpoint is at line {self.resume_line}: the corpus "
                               "changed; rerun with --restart.")
-        position = self.file_position()
+        if position is None:
+            position = self.file_position()
         return Truncation(line_no, offset, position, (
             f"{self.path} is cut short or corrupt from line {line_no} on: it could not be read "
             f"past byte {position} of the file ({offset} bytes uncompressed; {exc}). The "
-            f"{line_no - 1} lines before were read; get a complete copy of the file to ingest "
-            "the rest"))
+            f"{line_no - 1} lines before were read (the last few may be damaged too if the "
+            "file is corrupt); get a complete copy of the file to ingest the rest"))
 
     def _classify(self, raw: bytes, line_no: int, end: int) -> Item:
         if not raw.strip():
@@ -313,6 +337,25 @@ class CorpusReader:
         return line_no % self.workers == self.worker_id
 
 
+def damage_at(stream: IO[bytes]) -> int | None:
+    """Where a ``.gz`` corpus stopped decompressing (bytes of the file), else None."""
+    gz = getattr(stream, "raw", None)
+    return gz.consumed if isinstance(gz, GzipStream) else None
+
+
+# a JSON escape of a UTF-16 surrogate (U+D800-U+DFFF): valid JSON, but text only in pairs
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(obj: Any) -> str | None:
+    """Where ``obj`` holds a string that cannot be UTF-8 (a lone surrogate), else None."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone UTF-16 surrogate ({exc.object[exc.start:exc.end]!a}) is not text"
+    return None
+
+
 def _parse_line(raw: bytes, line_no: int, end: int) -> dict[str, Any] | Rejection:
     try:
         decoded = raw.decode("utf-8")
@@ -325,9 +368,17 @@ def _parse_line(raw: bytes, line_no: int, end: int) -> dict[str, Any] | Rejectio
     except json.JSONDecodeError as exc:
         return Rejection(line_no, end, MALFORMED_JSON, f"invalid JSON: {exc.msg} at column {exc.colno}",
                          id=readable_id(raw), excerpt=_excerpt(raw))
+    except RecursionError:
+        return Rejection(line_no, end, MALFORMED_JSON, "the JSON is nested too deeply to read "
+                         "(thousands of levels); a corpus record is a flat object",
+                         id=readable_id(raw), excerpt=_excerpt(raw))
     if not isinstance(obj, dict):
         return Rejection(line_no, end, NOT_AN_OBJECT,
                          f"a corpus line must be a JSON object, got {type(obj).__name__}",
+                         excerpt=_excerpt(raw))
+    if _SURROGATE_ESCAPE.search(raw) and (problem := _lone_surrogate(obj)) is not None:
+        return Rejection(line_no, end, INVALID_TEXT, f"{problem}; write the character "
+                         "itself, or both halves of its pair", id=readable_id(raw),
                          excerpt=_excerpt(raw))
     return obj
 
@@ -348,7 +399,12 @@ def readable_id(raw: bytes) -> str | None:
             continue
         found.setdefault(m.group(1), str(value))
     doc_id = found.get(b"_id", found.get(b"id"))
-    return doc_id if doc_id and len(doc_id.encode("utf-8")) <= MAX_ID_BYTES else None
+    if not doc_id:
+        return None
+    try:
+        return doc_id if len(doc_id.encode("utf-8")) <= MAX_ID_BYTES else None
+    except UnicodeEncodeError:  # a lone surrogate: no id to name
+        return None
 
 
 def _extract_id(obj: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,10 +34,19 @@ from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestEr
 from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
 from .documents import SparseKeys
-from .index_setup import ensure_index, index_layout
+from .index_setup import check_same_copy, ensure_index, index_layout
 from .pipeline import EncodePipeline
 from .progress import Progress
-from .reader import TRUNCATED, CorpusReader, Foreign, Rejection, Truncation, check_corpus
+from .provenance import check_default_target, record_corpus
+from .reader import (
+    TRUNCATED,
+    CorpusReader,
+    Foreign,
+    Rejection,
+    Truncation,
+    check_corpus,
+    check_not_empty,
+)
 from .report import DeadLetter, IngestSummary
 from .session import bulk_load, checkpoint_file, connect, dead_letter_path, end_load, load_state
 from .writer import BulkWriter
@@ -67,6 +77,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
                           "or the launcher: python -m ingest.bulk ... --workers N")
     started = time.perf_counter()
     check_corpus(config.corpus)
+    check_not_empty(config.corpus)
     if config.device is not None and encoder is None:
         from lr_opensearch.model.device import check_device
 
@@ -75,9 +86,12 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
     _fit_hint(bundle, config)
     from lr_opensearch.engine.adapters import make_adapter
 
+    prepare_state_dir(config)
     with resumable(config):
         adapter = make_adapter(client if client is not None else connect(config))
+        check_default_target(adapter, config)
         created = ensure_index(adapter, config.index, bundle, **config.create_opts)
+        record_corpus(adapter, config)
         # the documents are written for the layout the index records
         config = dataclasses.replace(config, sparse_layout=index_layout(
             adapter, config.index, config.sparse_layout))
@@ -85,6 +99,50 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
         ck = checkpoint_file(config, bundle.bundle_id)
         with ck.exclusive() if ck is not None else contextlib.nullcontext():
             return _ingest(config, adapter, encoder, bundle, ck, started, copy)
+
+
+def preflight(config: IngestConfig, *, client: Any = None) -> None:
+    """The checks of ``run`` that need no bundle, for callers about to spend minutes on one
+    (zero-config ingest fits it first): the corpus has documents, the state folder is
+    writable, the target is one index that takes documents and, under a default name,
+    holds this corpus. Changes nothing.
+
+    Raises:
+        ConfigError, CorpusError, IndexRefusedError, IngestError: as ``run`` would.
+    """
+    from lr_opensearch.engine.adapters import make_adapter
+
+    from .index_setup import check_target, check_writable
+
+    check_corpus(config.corpus)
+    check_not_empty(config.corpus)
+    prepare_state_dir(config)
+    with resumable(config):
+        adapter = make_adapter(client if client is not None else connect(config))
+        check_target(adapter, config.index)
+        check_default_target(adapter, config)
+        if adapter.index_exists(config.index):
+            check_writable(adapter, config.index)
+
+
+def prepare_state_dir(config: IngestConfig) -> None:
+    """Make the checkpoint folder (and the dead-letter file's) before the index is touched.
+
+    Raises:
+        ConfigError: a folder cannot be made or written, naming it and the option to change.
+    """
+    folders = [("--state-dir", Path(config.state_dir))]
+    if config.dead_letter is not None:
+        folders.append(("--dead-letter", Path(config.dead_letter).parent))
+    for option, folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / f".lr-write-test-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"{option}: cannot write to {folder} ({exc.strerror or exc}); "
+                              f"give {option} a writable folder (nothing was changed)") from None
 
 
 @contextlib.contextmanager
@@ -175,6 +233,9 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
     wm = Watermark(state.line, state.offset, state.counts)
 
     def save_checkpoint() -> None:
+        # the chunk was acknowledged by this copy of the index, not by one the engine
+        # created from the writes after the index was deleted
+        check_same_copy(adapter, config.index, state.index_uuid)
         if wm.advance() and ck is not None:
             dl.sync()
             state.line, state.offset, state.counts = wm.snapshot()

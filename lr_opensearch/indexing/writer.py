@@ -10,6 +10,10 @@ through :meth:`EngineAdapter.bulk <lr_opensearch.engine.adapter.EngineAdapter.bu
   exponential backoff and jitter (``RetryPolicy``). If they still fail after the last
   attempt the run stops with ``IngestError``; nothing is lost, since the checkpoint only
   covers acknowledged lines, and rerunning the same command resumes;
+- a refusal that concerns the index, not the document (closed, write-blocked, missing:
+  ``INDEX_REFUSALS``): the run stops with ``IndexRefusedError`` before the chunk is
+  settled, so nothing is dead-lettered and the checkpoint stays at the last acknowledged
+  chunk; the same command resumes once the index takes documents again;
 - any other refusal (e.g. 400 mapper_parsing_exception): a permanent, per-document
   failure, written to the dead-letter file with the engine's reason and settled as failed;
 - 413 (the request is over the cluster's ``http.max_content_length``): the documents are
@@ -32,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.errors import IngestError
+from lr_opensearch.errors import IndexRefusedError, IngestError
 
 from .checkpoint import FAILED, INDEXED, Watermark
 from .config import RetryPolicy
@@ -46,6 +50,15 @@ logger = logging.getLogger(__name__)
 _STOP = object()
 TOO_LARGE = "document_too_large"  # dead-letter reason of a document refused alone with 413
 MIN_CHUNK_BYTES = 64 * 1024  # bulk requests are not made smaller than this after a 413
+# bulk item errors that say the index refuses every document (not this one): what to do
+INDEX_REFUSALS = {
+    "index_closed_exception": "open the index (POST /{index}/_open)",
+    "cluster_block_exception": ("lift the block (PUT /{index}/_settings with "
+                                "index.blocks.write / read_only / read_only_allow_delete "
+                                "false; the engine sets read_only_allow_delete when a disk "
+                                "passes its flood-stage watermark: free space first)"),
+    "index_not_found_exception": "create the index again: rerun with --restart",
+}
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,7 @@ class BulkWriter:
         for attempt in range(1, self.retry.max_attempts + 1):
             retry: list[tuple[Doc, Any, str]] = []
             results = self._send(pending)
+            self._stop_on_index_refusal(results)
             too_large = [doc for doc, ok, info in results if not ok and info.get("status") == 413]
             if too_large:
                 alone = {id(doc) for doc in too_large}
@@ -216,6 +230,18 @@ class BulkWriter:
             self.retries += 1
             time.sleep(delay)
             pending = [doc for doc, _, _ in retry]
+
+    def _stop_on_index_refusal(self, results: list[tuple[Doc, bool, dict[str, Any]]]) -> None:
+        """Raise before anything of the chunk is settled when the index itself refuses."""
+        for _, ok, info in results:
+            kind, message = failure_reason(info) if not ok else ("", "")
+            if kind in INDEX_REFUSALS:
+                todo = INDEX_REFUSALS[kind].format(index=self.index)
+                resume = "" if "--restart" in todo else ", then rerun the same command"
+                raise IndexRefusedError(
+                    f"index {self.index!r} refuses documents (HTTP {info.get('status')} {kind}: "
+                    f"{message}); nothing was lost: the checkpoint stays at the last "
+                    f"acknowledged document. {todo[0].upper()}{todo[1:]}{resume}")
 
     def _refuse(self, doc: Doc, reason: str, message: str) -> None:
         self.dead_letter.add(line=doc.line, doc_id=doc.id, kind=FAILED, reason=reason,

@@ -64,6 +64,22 @@ def _timeout(timeout: float | str | None) -> str | None:
     return f"{max(1, int(round(float(timeout) * 1000)))}ms"
 
 
+def check_target(index: str) -> str:
+    """A search target as the engines read it (one index, ``a,b``, an alias, a wildcard),
+    refusing the forms that would widen it silently: an empty name in a list (``","``
+    reads as every index) or an empty target.
+
+    Raises:
+        ConfigError: naming the target and how to write it.
+    """
+    names = index.split(",")
+    if not index.strip() or any(not n.strip() for n in names):
+        raise ConfigError(f"index target {index!r} has an empty index name (the engines read "
+                          "',' or an empty name as every index); name the indices: --index a "
+                          "or --index a,b (or a pattern such as 'docs-*')")
+    return index
+
+
 class Retriever:
     """Search a LightRetriever index with a bundle's query encoder.
 
@@ -106,7 +122,7 @@ class Retriever:
         **option_overrides: Any,
     ):
         self.bundle = bundle
-        self.index = index
+        self.index = check_target(index)
         self.adapter = make_adapter(client)
         base = (options or SearchOptions()).replace(**option_overrides)
         cfg = bundle.config

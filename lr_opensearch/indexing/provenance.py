@@ -1,0 +1,68 @@
+"""Which corpora an index holds: recorded in its ``_meta`` by every run that ingests a corpus
+file, so that a default index name (made from the file name) never lands a different corpus
+in an index built from another one.
+
+``_meta.lightretriever_corpora`` is a list of ``{name, path, size, sha256}`` (the same file
+facts a fitted bundle's manifest records). A corpus is the same as a recorded one when its
+resolved path and size match, or its size and sha256 (a copy elsewhere). Only runs whose
+index name was *not* given (``IngestConfig.index_named``) are refused; naming the index is
+how a user asks for a second corpus in it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lr_opensearch.bundle.pseudo import file_facts, fitted_on
+from lr_opensearch.errors import ConfigError
+
+from .load_lease import locked_meta
+
+if TYPE_CHECKING:
+    from lr_opensearch.engine.adapter import EngineAdapter
+
+    from .config import IngestConfig
+
+logger = logging.getLogger(__name__)
+
+CORPORA_KEY = "lightretriever_corpora"  # beside _meta.lightretriever
+
+
+def recorded_corpora(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    found = meta.get(CORPORA_KEY)
+    return [dict(c) for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def check_default_target(adapter: EngineAdapter, config: IngestConfig) -> None:
+    """Refuse a run whose index name was made from the corpus file name when that index
+    exists and holds other corpora only (nothing is encoded or written).
+
+    Raises:
+        ConfigError: naming both corpora and how to ask for the index by name.
+    """
+    if config.index_named or config.is_stdin or not adapter.index_exists(config.index):
+        return
+    meta = dict(adapter.index_mapping(config.index).get("_meta", {}))
+    corpora = recorded_corpora(meta)
+    if not corpora or fitted_on({"corpora": corpora}, config.corpus):
+        return
+    held = ", ".join(str(c.get("path", c.get("name"))) for c in corpora)
+    raise ConfigError(
+        f"index {config.index!r} (the default name for {config.corpus}) already holds another "
+        f"corpus ({held}); nothing was written. Name an index for this corpus with --index "
+        f"NAME, or add its documents to this one with --index {config.index}")
+
+
+def record_corpus(adapter: EngineAdapter, config: IngestConfig) -> None:
+    """Add this run's corpus file to the index's record (once; under the state directory's
+    lock that the bulk-load record uses, as both rewrite ``_meta``)."""
+    if config.is_stdin:
+        return
+    with locked_meta(adapter, config.index, Path(config.state_dir)) as meta:
+        corpora = recorded_corpora(meta)
+        if corpora and fitted_on({"corpora": corpora}, config.corpus):
+            return
+        meta[CORPORA_KEY] = [*corpora, file_facts(config.corpus)]
+    logger.debug("index %s: corpus %s recorded", config.index, config.corpus)
