@@ -141,6 +141,24 @@ def test_search_image_searches_without_torch(docker_opensearch_url: str, host_lo
     assert probe.returncode == 0 and probe.stdout.strip() == "None", probe.stderr[-2000:]
 
 
+def test_project_image_runs_torch_on_the_cpu_without_the_cuda_wheels() -> None:
+    """The project image has no nvidia-*, cuda-* or triton wheel (docker/cuda_stubs.py stands
+    in for the CUDA libraries torch links): torch imports, sees no GPU and computes; the
+    document encoder's forward is checked by the one-shot ingest test (same vectors)."""
+    from lr_opensearch import __version__
+
+    ensure_images()
+    code = ("import importlib.metadata as m, torch\n"
+            "gpu = sorted(d.metadata['Name'] for d in m.distributions()\n"
+            "             if d.metadata['Name'].lower().startswith(('nvidia', 'cuda', 'triton')))\n"
+            "print(gpu, torch.cuda.is_available(), float(torch.ones(2, 2).sum()))")
+    run = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python",
+                          f"localhost/lr-opensearch/lr:{__version__}", "-c", code],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[] False 4.0"
+
+
 def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_project_name: str,
                                    host_loaded: str, tiny: Path,
                                    adi: tuple[Path, list[dict[str, Any]]],
