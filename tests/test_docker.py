@@ -124,9 +124,14 @@ def test_search_image_searches_without_torch(docker_opensearch_url: str, host_lo
     args = ["search", "--index", host_loaded, "--url", docker_opensearch_url, "--json", *queries]
     host = _lr(*args, "--bundle", str(tiny))
     assert host.returncode == 0, host.stderr[-2000:]
-    run = subprocess.run(["docker", "run", "--rm", "--network", "host", "-v",
-                          f"{tiny}:/bundle:ro", image, *args, "--bundle", "/bundle"],
+    # No --rm (podman 4.3's Docker API reports exit 0 for a removed container whatever its
+    # status); the caller's uid reads the bundle (pytest's tmp dirs are private).
+    name = f"lr-search-test-{uuid.uuid4().hex[:8]}"
+    run = subprocess.run(["docker", "run", "--name", name, "--network", "host", "--user",
+                          str(os.getuid()), "-v", f"{tiny}:/bundle:ro", image, *args,
+                          "--bundle", "/bundle"],
                          capture_output=True, text=True, timeout=600, check=False)
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
 
     def ranked(out: str) -> list[list[tuple[str, float]]]:
