@@ -48,7 +48,7 @@ def collect(site: Path) -> dict[str, dict[str, dict[str, str]]]:
     """soname -> {"functions" | "objects": {symbol: version ("" for none)}} of what torch's
     libraries take from the CUDA libraries of the nvidia / cuda wheels."""
     torch_libs = [*sorted((site / "torch" / "lib").glob("*.so*")), *sorted((site / "torch").glob("_C*.so"))]
-    cuda_libs = {}
+    cuda_libs: dict[str, Path] = {}
     for root in (site / "nvidia", site / "cuda"):
         for lib in sorted(root.rglob("*.so*")) if root.is_dir() else ():
             name = _soname(lib) if lib.is_file() else None
