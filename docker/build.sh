@@ -3,7 +3,8 @@
 #   localhost/lr-opensearch/opensearch:<lock version>      OpenSearch + k-NN + neural-search
 #   localhost/lr-opensearch/elasticsearch:<lock version>   Elasticsearch
 #   localhost/lr-opensearch/lr:<package version>           the project (python -m ingest.bulk)
-# Usage: bash docker/build.sh [opensearch] [elasticsearch] [project]   (default: all three)
+#   localhost/lr-opensearch/lr-search:<package version>    the torch-free search client (lr)
+# Usage: bash docker/build.sh [opensearch] [elasticsearch] [project] [search]   (default: all)
 # The base image: $LR_DOCKER_BASE, else the local Debian base that scripts/setup.sh builds
 # (localhost/lr-debian:13) when the engine has it, else the public debian:13-slim.
 # Talks to the engine the `docker` CLI reaches (DOCKER_HOST); when that engine is podman, the
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOCAL_BASE=localhost/lr-debian:13
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(opensearch elasticsearch project)
+[ ${#targets[@]} -gt 0 ] || targets=(opensearch elasticsearch project search)
 
 server=$(docker version 2>&1) \
   || { echo "build.sh: no container engine answers (docker version failed; run scripts/setup.sh or set DOCKER_HOST): $server" >&2; exit 1; }
@@ -50,6 +51,9 @@ for target in "${targets[@]}"; do
     project)
       version=$("$PY" docker/stage_artifacts.py project)
       build "localhost/lr-opensearch/lr:$version" project ;;
-    *) echo "build.sh: unknown image '$target' (opensearch, elasticsearch, project)" >&2; exit 2 ;;
+    search)
+      version=$("$PY" docker/stage_artifacts.py project)
+      build "localhost/lr-opensearch/lr-search:$version" search ;;
+    *) echo "build.sh: unknown image '$target' (opensearch, elasticsearch, project, search)" >&2; exit 2 ;;
   esac
 done

@@ -9,8 +9,9 @@ Prints the engine's version (the image tag).
 
 ``project``: writes ``docker/.artifacts/project/requirements.txt``, the dependencies of
 pyproject.toml plus its ``train`` (document encoder) and ``es`` extras, so that the image's
-dependency layer depends on that list only (not on every edit of pyproject.toml). Prints
-the package version.
+dependency layer depends on that list only (not on every edit of pyproject.toml), and
+``requirements-search.txt`` for the torch-free search image (the dependencies plus the
+``es`` extra). Prints the package version.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ except ModuleNotFoundError:  # Python 3.10: the copy inside pip
 
 HERE = Path(__file__).resolve().parent
 PROJECT_EXTRAS = ("train", "es")
+SEARCH_EXTRAS = ("es",)  # the search image: no document encoder, so no torch
 
 
 def stage(engine: str, out_root: Path = HERE / ".artifacts") -> str:
@@ -58,15 +60,17 @@ def stage_requirements(out_root: Path = HERE / ".artifacts") -> str:
     """Write the project image's requirements.txt; returns the package version."""
     with open(HERE.parent / "pyproject.toml", "rb") as handle:
         project = tomllib.load(handle)["project"]
-    wanted = list(project["dependencies"])
-    for extra in PROJECT_EXTRAS:
-        wanted += project["optional-dependencies"][extra]
     out = out_root / "project"
     out.mkdir(parents=True, exist_ok=True)
-    text = "".join(f"{line}\n" for line in wanted)
-    target = out / "requirements.txt"
-    if not target.is_file() or target.read_text(encoding="utf-8") != text:
-        target.write_text(text, encoding="utf-8")
+    for name, extras in (("requirements.txt", PROJECT_EXTRAS),
+                         ("requirements-search.txt", SEARCH_EXTRAS)):
+        wanted = list(project["dependencies"])
+        for extra in extras:
+            wanted += project["optional-dependencies"][extra]
+        text = "".join(f"{line}\n" for line in wanted)
+        target = out / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
     return str(project["version"])
 
 

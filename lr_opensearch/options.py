@@ -69,6 +69,16 @@ DEFAULT_CALIBRATION_FORM = "top1_mean"
 CALIBRATED_SPARSE_TOKENS: int | None = 5
 CALIBRATED_TEXT_FIELDS: tuple[str, ...] | None = ("text",)
 HYBRID_SKIPS_FROM = (3, 7)  # the first OpenSearch whose hybrid query lets sub-queries skip
+# k-NN's default HNSW ef_search (index.knn.algo_param.ef_search). From k-NN 3.5 (#3037) a
+# lucene-engine knn query explores max(k, ef_search) candidates by default; before it,
+# only k (recall@10 of 400 random vectors: 0.90 on OpenSearch 2.19.1 against 1.0 with
+# ef_search 100). On older clusters the library sends this ef_search itself when the
+# caller names none, so every version searches as many candidates.
+KNN_DEFAULT_EF_SEARCH = 100
+KNN_EF_SEARCH_DEFAULT_FROM = (3, 5)  # the first OpenSearch whose lucene knn applies it
+# The first OpenSearch whose RRF (score-ranker-processor) takes weights (neural-search
+# 3.1); 2.19's refuses them, so weighted RRF is fused client side there.
+WEIGHTED_RRF_FROM = (3, 1)
 # hits each leg retrieves for fusion: 50, chosen by bench/scale.py and SciFact *train*
 # (nDCG@10 0.7139 against 0.7159 at 100 on the real index; at a million documents the
 # hybrid costs 1.7x BM25's p50 instead of 2.2-2.9x; docs/RESULTS.md)

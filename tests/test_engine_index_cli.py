@@ -14,7 +14,7 @@ from tiny_artifacts import tiny_bundle
 
 from lr_opensearch.bundle import load_bundle
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 
 def _lr(*args: str) -> subprocess.CompletedProcess[str]:

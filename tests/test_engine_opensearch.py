@@ -8,18 +8,21 @@ and the server-side hybrid pipeline (or a correct "not available" report).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
+from node_support import opensearch_test_version
 
 from lr_opensearch.bundle.keys import decode_key, encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.templates import render_hybrid_pipeline
 from lr_opensearch.errors import BundleMismatchError, EngineError
+from lr_opensearch.legs.fusion_config import fusion_config
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 # Lucene's FeatureField keeps the top 17 bits of a float32 (Float.floatToIntBits(v) >>> 15):
 # sign, 8 exponent bits and 8 explicit mantissa bits, i.e. 9 significant bits with the
@@ -93,12 +96,27 @@ def test_bundle_check(os_client: Any, index_name: str) -> None:
     assert adapter.index_meta(index_name)["bundle_id"] == "bundle-a"
 
 
+def test_the_cluster_runs_the_version_under_test(os_capabilities: Any) -> None:
+    """The matrix is real: the session's node runs the OpenSearch version asked for
+    (LR_TEST_OPENSEARCH_VERSION, default the packaged default); an external cluster named
+    without a version is at least one the library supports (2.19+)."""
+    if os.environ.get("LR_TEST_OPENSEARCH_URL") and not os.environ.get(
+            "LR_TEST_OPENSEARCH_VERSION"):
+        assert os_capabilities.release >= (2, 19), os_capabilities.version
+    else:
+        assert os_capabilities.version == opensearch_test_version()
+
+
 def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str) -> None:
+    """The library's knn clause (``dense_query``, no ef_search named) finds the exact top 10
+    on every version: before k-NN 3.5 lucene searched only k candidates (recall 0.90 here
+    on 2.19.1) unless the query carries ef_search."""
     rng = np.random.default_rng(7)
     n, dim, n_queries, k = 400, 32, 25, 10
     docs = rng.normal(size=(n, dim)).astype(np.float32)
     queries = rng.normal(size=(n_queries, dim)).astype(np.float32)
-    OpenSearchAdapter(os_client).create_index(index_name, PlainBundle("b", _Config(dim)))
+    adapter = OpenSearchAdapter(os_client)
+    adapter.create_index(index_name, PlainBundle("b", _Config(dim)))
     lines: list[dict] = []
     for i, vec in enumerate(docs):
         lines += [{"index": {"_index": index_name, "_id": str(i)}}, {"lr_dense": vec.tolist()}]
@@ -107,7 +125,7 @@ def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str)
     recalls = []
     for qi, query in enumerate(queries):
         resp = os_client.search(index=index_name, body={
-            "size": k, "query": {"knn": {"lr_dense": {"vector": query.tolist(), "k": k}}}})
+            "size": k, "query": adapter.dense_query(query, k=k)})
         hits = resp["hits"]["hits"]
         truth = set(np.argsort(-exact[qi])[:k].tolist())
         recalls.append(len(truth & {int(h["_id"]) for h in hits}) / k)
@@ -234,5 +252,13 @@ def test_server_hybrid_pipeline(os_client: Any, os_capabilities: Any, index_name
     docs = _index_hybrid_corpus(os_client, index_name)
     _hybrid_case(os_client, index_name, docs, body, {"weights": (0.7, 0.3)})
     rrf = render_hybrid_pipeline(0.6, 0.4, combination="rrf", rank_constant=60)
+    if not os_capabilities.weighted_rrf:  # OpenSearch < 3.1: no weights, as detected
+        with pytest.raises(RequestError, match="rank_constant"):
+            os_client.transport.perform_request("PUT", f"/_search/pipeline/{index_name}-p",
+                                                body=rrf)
+        why = OpenSearchAdapter(os_client).server_fusion_blocker(
+            fusion_config((0.6, 0.4), combination="rrf"))
+        assert why is not None and "takes no weights" in why
+        return
     _hybrid_case(os_client, index_name, docs, rrf,
                  {"weights": (0.6, 0.4), "combination": "rrf", "rank_constant": 60})

@@ -19,7 +19,7 @@ from lr_opensearch.evaluation import (
     run_names,
 )
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 TOPICS = [
     "supersonic boundary layer",

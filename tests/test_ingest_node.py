@@ -29,7 +29,7 @@ from lr_opensearch.errors import BundleMismatchError
 from lr_opensearch.indexing.reader import document_text
 from lr_opensearch.indexing.run import run
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 # Lucene's FeatureField keeps the top 17 bits of the float: 8 mantissa bits are truncated
 # away, so a stored weight is within a relative 2**-8 of the weight sent.

@@ -15,9 +15,10 @@ from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
+from lr_opensearch.errors import ConfigError
 from lr_opensearch.search import Retriever, fuse
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 N_DOCS = 240
 SHARDS = 3
@@ -57,6 +58,20 @@ def test_server_and_client_fusion_agree_on_three_shards(
     if not os_capabilities.neural_search:
         pytest.fail("neural-search is missing from the node: server fusion untested")
     bundle, index = sharded
+    if combination == "rrf" and not os_capabilities.weighted_rrf:
+        # OpenSearch < 3.1: the server's RRF takes no weights; fusion="server" says so and
+        # "auto" fuses client side, the same hits as fusion="client"
+        server = Retriever(bundle, os_client, index, fusion="server", weights=weights,
+                           combination=combination)
+        with pytest.raises(ConfigError, match="takes no weights"):
+            server.search(QUERIES[0], k=10)
+        auto = Retriever(bundle, os_client, index, weights=weights, combination=combination)
+        client = Retriever(bundle, os_client, index, fusion="client", weights=weights,
+                           combination=combination)
+        for text in QUERIES:
+            a_hits, c_hits = auto.search(text, k=10), client.search(text, k=10)
+            assert [(h.doc_id, h.score) for h in a_hits] == [(h.doc_id, h.score) for h in c_hits]
+        return
     global_differs = 0  # how often fusing the global top lists would have ranked otherwise
     for candidates in (5, 20):  # few candidates: shards' lists differ from the global top
         kw = dict(candidates=candidates, weights=weights, combination=combination)

@@ -298,3 +298,126 @@ def test_prune_keeps_the_current_and_running_installations(tmp_path: Path) -> No
         sleeper.wait()
     assert removed == [homes["old"]]
     assert all(homes[n].exists() for n in ("busy", "new", "partial"))
+
+
+def test_packaged_versions_and_their_locks(tmp_path: Path) -> None:
+    """Each packaged version names its own lock, whose version is that version (one record);
+    a prefix picks a version, an unknown one is refused with the valid ones; each version
+    has its own default node dir; --with-ml exists for the default version only."""
+    from lr_opensearch.node import get_engine
+    from lr_opensearch.node.install import _select_lock
+
+    for kind in (get_engine("opensearch"), get_engine("elasticsearch")):
+        for version in kind.versions:
+            lock = load_lock(engine=kind.name, version=version)
+            assert (lock.engine, lock.version) == (kind.name, version)
+            assert all(a.version.startswith(version) for a in lock.plugins)
+    opensearch = get_engine("opensearch")
+    assert opensearch.default_version == load_lock().version == "3.6.0"
+    assert opensearch.version("2.19") == opensearch.version("2.19.1") == "2.19.1"
+    with pytest.raises(ConfigError, match=r"OpenSearch 2\.18 is not packaged; valid "
+                                          r"versions: 3\.6\.0, 2\.19\.1"):
+        load_lock(version="2.18")
+    assert default_node_dir(9200, tmp_path, "opensearch", "2.19") == \
+        tmp_path / "nodes" / "opensearch-2.19.1-9200"
+    assert default_node_dir(9200, tmp_path, "opensearch", "3.6.0") == tmp_path / "nodes" / "9200"
+    with pytest.raises(NodeError, match="--with-ml is packaged for OpenSearch 3.6.0 only"):
+        _select_lock(None, "opensearch", True, "2.19.1")
+
+
+def test_opensearch_219_lock_assembles_the_missing_modules(tmp_path: Path) -> None:
+    """2.19.1's integ-test-zip has only transport-netty4: the lock names the modules the node
+    needs and their jars, and install writes each module's folder from them (descriptor,
+    policy); 2.x runs on Java 11-21 (no security manager in 24+)."""
+    from lr_opensearch.node.install import _write_modules
+
+    lock = load_lock(version="2.19.1")
+    assert (lock.java_min_major, lock.java_max_major) == (11, 21)
+    assert {p.name for p in lock.plugins} == {"opensearch-knn", "opensearch-neural-search"}
+    names = {m.name for m in lock.modules}
+    assert names == {"lang-painless", "mapper-extras", "analysis-common", "lang-mustache"}
+    jars = [a for a in lock.artifacts if a.role == "module"]
+    assert {a.module for a in jars} == names
+    assert all(len(a.sha256) == 64 and a.packaging == "jar" for a in jars)
+
+    store = tmp_path / "artifacts"
+    store.mkdir()
+    paths = {}
+    for jar in jars:
+        paths[jar.coordinates] = store / jar.file_name
+        paths[jar.coordinates].write_bytes(jar.coordinates.encode())
+    top = tmp_path / "home"
+    _write_modules(top, lock, paths)
+    painless = top / "modules" / "lang-painless"
+    assert (painless / "lang-painless-2.19.1.jar").read_bytes() == \
+        b"org.opensearch.plugin:lang-painless:2.19.1:jar"
+    assert len(list(painless.glob("*.jar"))) == 8  # painless, its SPI, antlr, 5 asm jars
+    descriptor = (painless / "plugin-descriptor.properties").read_text().splitlines()
+    assert {"name=lang-painless", "classname=org.opensearch.painless.PainlessPlugin",
+            "version=2.19.1", "opensearch.version=2.19.1", "java.version=11",
+            "extended.plugins="} <= set(descriptor)
+    assert 'permission java.lang.RuntimePermission "createClassLoader";' in \
+        (painless / "plugin-security.policy").read_text()
+    common = (top / "modules" / "analysis-common" / "plugin-descriptor.properties").read_text()
+    assert "extended.plugins=lang-painless" in common.splitlines()
+    assert not (top / "modules" / "mapper-extras" / "plugin-security.policy").exists()
+    with pytest.raises(NodeError, match="already has module lang-painless"):
+        _write_modules(top, lock, paths)
+
+
+def test_a_module_jar_must_name_a_module_of_the_lock(tmp_path: Path) -> None:
+    raw = json.loads(load_lock(version="2.19.1").path.read_text())
+    raw["artifacts"][1]["module"] = "lang-python"
+    bad = tmp_path / "bad.lock.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(NodeError, match="names one of the lock's modules"):
+        load_lock(bad)
+    raw["modules"]["lang-python"] = {"classname": "x.Y", "description": "no jar"}
+    raw["artifacts"][1]["module"] = "lang-painless"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(NodeError, match=r"module\(s\) \['lang-python'\] have no jar"):
+        load_lock(bad)
+
+
+def test_java_range_for_opensearch_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A lock's max_major keeps Java 24+ (no security manager) away from OpenSearch 2.x."""
+    def fake(name: str, version: str) -> Path:
+        home = tmp_path / name
+        (home / "bin").mkdir(parents=True)
+        (home / "bin" / "java").write_text("#!/bin/sh\n")
+        (home / "release").write_text(f'JAVA_VERSION="{version}"\n')
+        return home
+
+    new, old = fake("jdk25", "25.0.1"), fake("jdk17", "17.0.15")
+    monkeypatch.setenv("LR_JAVA_HOME", str(new))
+    with pytest.raises(NodeError, match="LR_JAVA_HOME=.* is not a JDK 11-21"):
+        find_java(11, 21, 21)
+    monkeypatch.setenv("LR_JAVA_HOME", str(old))
+    assert find_java(11, 21, 21).path == old
+    monkeypatch.delenv("LR_JAVA_HOME")
+    monkeypatch.setenv("JAVA_HOME", str(new))  # too new: skipped, the scan finds one in range
+    monkeypatch.setattr("lr_opensearch.node.java.JVM_ROOTS", (tmp_path,))
+    assert find_java(11, 21, 21).path == old
+    monkeypatch.setattr("lr_opensearch.node.java.JVM_ROOTS", (tmp_path / "none",))
+    with pytest.raises(NodeError, match="no Java 11-21 JDK found"):
+        find_java(11, 21, 21)
+
+
+def test_prune_keeps_the_other_packaged_versions(tmp_path: Path) -> None:
+    """Installing one packaged version never removes another's installation; a superseded
+    installation of the same version goes."""
+    from lr_opensearch.node.install import MARKER, prune_installations
+
+    def home(name: str, version: str) -> Path:
+        path = tmp_path / f"opensearch-{name}"
+        path.mkdir()
+        (path / MARKER).write_text(json.dumps({"version": version, "flavour": ""}))
+        return path
+
+    current, other, stale = home("3.6.0-new", "3.6.0"), home("2.19.1-a", "2.19.1"), \
+        home("3.6.0-old", "3.6.0")
+    assert prune_installations(tmp_path, keep=current, version="3.6.0") == [stale]
+    assert other.exists()
+    again = home("2.19.1-b", "2.19.1")
+    assert prune_installations(tmp_path, keep=again, version="2.19.1") == [other]
+    assert current.exists()

@@ -146,6 +146,7 @@ def two_indices(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Ite
 
 
 @pytest.mark.node
+@pytest.mark.matrix
 @pytest.mark.parametrize("fusion", ["server", "client"])
 def test_a_target_over_two_indices_keeps_hits_apart(two_indices: Any, os_client: Any,
                                                      fusion: str) -> None:
@@ -161,6 +162,7 @@ def test_a_target_over_two_indices_keeps_hits_apart(two_indices: Any, os_client:
 
 
 @pytest.mark.node
+@pytest.mark.matrix
 def test_a_target_mixing_bundles_is_refused(two_indices: Any, os_client: Any) -> None:
     bundle, a, _b, o, _alias = two_indices
     os_client.indices.put_alias(index=o, name=f"{a}-mixed")
@@ -177,6 +179,7 @@ def test_a_target_mixing_bundles_is_refused(two_indices: Any, os_client: Any) ->
 
 
 @pytest.mark.node
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", ["hybrid", "bm25"])
 def test_a_very_long_query_is_searched(two_indices: Any, os_client: Any, mode: str,
                                        caplog: pytest.LogCaptureFixture) -> None:

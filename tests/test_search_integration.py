@@ -24,7 +24,7 @@ from lr_opensearch.search import Retriever
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 from lr_opensearch.search.fusion import fuse
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19
 
 N_DOCS = 40
 QUERIES = [

@@ -266,3 +266,28 @@ def test_the_bm25_clause_keeps_at_most_its_term_limit():
     adapter = OpenSearchAdapter(None)
     text = adapter.text_query("北" * 1000)["multi_match"]["query"]
     assert text == "北" * limit
+
+
+@pytest.mark.parametrize("version,ef_search,weighted_rrf", [
+    ("2.19.1", 100, False), ("3.4.0", 100, True), ("3.5.0", None, True), ("3.6.0", None, True)])
+def test_what_differs_by_opensearch_version(version: str, ef_search: int | None,
+                                            weighted_rrf: bool) -> None:
+    """Capabilities decide what differs by version: before 3.5 a knn clause that names no
+    ef_search carries k-NN's default (lucene searched only k candidates); before 3.1 weighted
+    RRF cannot be fused by the server (its score-ranker-processor takes no weights)."""
+    from lr_opensearch.engine.client import Capabilities
+    from lr_opensearch.options import KNN_DEFAULT_EF_SEARCH
+
+    caps = Capabilities(version=version, distribution="opensearch", knn=True,
+                        neural_search=True, plugins=(), nodes=1)
+    assert caps.knn_ef_search == ef_search and caps.weighted_rrf is weighted_rrf
+    adapter = OpenSearchAdapter(object())  # a client that is never called
+    adapter._capabilities = caps
+    knn = adapter.dense_query(np.zeros(2), k=10)["knn"]["lr_dense"]
+    assert knn.get("method_parameters") == (
+        {"ef_search": KNN_DEFAULT_EF_SEARCH} if ef_search else None)
+    named = adapter.dense_query(np.zeros(2), k=10, ef_search=300)["knn"]["lr_dense"]
+    assert named["method_parameters"] == {"ef_search": 300}  # the caller's wins
+    why = adapter.server_fusion_blocker(fusion_config((0.6, 0.4), combination="rrf"))
+    assert (why is None) is weighted_rrf
+    assert adapter.server_fusion_blocker(fusion_config((0.6, 0.4))) is None

@@ -2,7 +2,9 @@
 
 ``--engine elasticsearch`` runs Elasticsearch instead of OpenSearch (the default) with the
 same commands; its default port is 9250 and its default node dir
-``<cache>/nodes/elasticsearch-<port>``.
+``<cache>/nodes/elasticsearch-<port>``. ``--version 2.19.1`` (or ``2.19``) runs another
+packaged version of the engine (OpenSearch 2.19.1 beside the default 3.6.0); its default
+node dir is ``<cache>/nodes/opensearch-2.19.1-<port>``.
 """
 
 from __future__ import annotations
@@ -36,26 +38,31 @@ from lr_opensearch.node.products import DEFAULT_ENGINE, ENGINES, get_engine
 
 
 def _node_dir(args: argparse.Namespace) -> Path:
-    """The node dir from --data-dir, else the default of --engine and --http-port.
+    """The node dir from --data-dir, else the default of --engine, --version and --http-port.
 
-    Without --engine (stop, status, logs) the OpenSearch dir of --http-port (default 9200)
-    is used unless only the Elasticsearch dir of that port holds a node's state.
+    Without --engine and --version (stop, status, logs) the OpenSearch dir of --http-port
+    (default 9200) is used unless only the dir of another engine or version of that port
+    holds a node's state.
     """
     if args.data_dir:
         return Path(args.data_dir)
     cache = cache_dir(args.cache_dir)
-    if args.engine is not None:
-        port = args.http_port or get_engine(args.engine).default_http_port
-        return default_node_dir(port, cache, args.engine)
+    version = getattr(args, "version", None)
+    if args.engine is not None or version is not None:
+        engine = args.engine or DEFAULT_ENGINE
+        port = args.http_port or get_engine(engine).default_http_port
+        return default_node_dir(port, cache, engine, version)
     port = args.http_port or get_engine(DEFAULT_ENGINE).default_http_port
-    dirs = [default_node_dir(port, cache, name) for name in ENGINES]
+    dirs = [default_node_dir(port, cache, kind.name, v)
+            for kind in ENGINES.values() for v in kind.versions]
     with_state = [d for d in dirs if (d / "node.json").is_file()]
     return with_state[0] if with_state else dirs[0]
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    inst = install(args.cache_dir, engine=args.engine, force=args.force, ml=args.with_ml)
+    inst = install(args.cache_dir, engine=args.engine, force=args.force, ml=args.with_ml,
+                   version=args.version)
     print(f"{inst.engine.display} {inst.version}{' with ml-commons' if inst.ml else ''} "
           f"installed in {inst.home} "
           f"(Java {inst.java.major} at {inst.java.path}; {time.monotonic() - started:.0f} s)")
@@ -67,7 +74,8 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
     engine = args.engine or DEFAULT_ENGINE
     base = args.http_port or get_engine(engine).default_http_port
     root = (Path(args.data_dir) if args.data_dir
-            else default_cluster_root(cache_dir(args.cache_dir), base, engine))
+            else default_cluster_root(cache_dir(args.cache_dir), base, engine,
+                                      getattr(args, "version", None)))
     transport = getattr(args, "transport_port", None)
     return ClusterSpec(root=root, nodes=args.nodes, base_http_port=base,
                        heap=getattr(args, "heap", None) or CLUSTER_HEAP,
@@ -78,7 +86,7 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    inst = install(args.cache_dir, engine=args.engine, ml=args.with_ml)
+    inst = install(args.cache_dir, engine=args.engine, ml=args.with_ml, version=args.version)
     if args.nodes > 1:
         spec = _spec(args)
         started = time.monotonic()
@@ -173,6 +181,14 @@ def _engine(parser: argparse.ArgumentParser, default: str | None) -> None:
                         help=f"which search engine ({what})")
 
 
+def _version(parser: argparse.ArgumentParser) -> None:
+    versions = "; ".join(f"{kind.name}: {', '.join(kind.versions)}" for kind in ENGINES.values())
+    parser.add_argument("--version", default=None,
+                        help=f"a packaged version of the engine, e.g. 2.19.1 or 2.19 (default "
+                             f"the first; {versions}); other versions have their own "
+                             "installation and default node dir")
+
+
 def _with_ml(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--with-ml", action="store_true",
                         help="OpenSearch with ml-commons (about 500 MB more), so the cluster can "
@@ -182,6 +198,7 @@ def _with_ml(parser: argparse.ArgumentParser) -> None:
 
 def _where(parser: argparse.ArgumentParser, engine_default: str | None = None) -> None:
     _engine(parser, engine_default)
+    _version(parser)
     parser.add_argument("--nodes", type=int, default=1,
                         help="a local cluster of N nodes on consecutive ports from --http-port "
                              "(transport +100), in <cache>/nodes/cluster-<port>/ (default 1)")
@@ -204,6 +221,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("install", help="fetch OpenSearch + k-NN + neural-search (or, with "
                        "--engine elasticsearch, Elasticsearch) from Maven Central (mvn)")
     _engine(p, DEFAULT_ENGINE)
+    _version(p)
     p.add_argument("--cache-dir", default=None, help="installation cache")
     p.add_argument("--force", action="store_true", help="reinstall even if installed")
     _with_ml(p)

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.options import ENGINE_CHOICES, choice
+from lr_opensearch.options import (
+    ENGINE_CHOICES,
+    KNN_DEFAULT_EF_SEARCH,
+    KNN_EF_SEARCH_DEFAULT_FROM,
+    WEIGHTED_RRF_FROM,
+    choice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -284,6 +290,21 @@ class Capabilities:
                 break
             out.append(int(part))
         return tuple(out)
+
+    @property
+    def knn_ef_search(self) -> int | None:
+        """The ``ef_search`` a ``knn`` query must carry when its caller names none: None
+        where the cluster applies k-NN's default itself (OpenSearch 3.5+),
+        ``KNN_DEFAULT_EF_SEARCH`` before (lucene searched only ``k`` candidates)."""
+        if self.distribution != "opensearch" or self.release >= KNN_EF_SEARCH_DEFAULT_FROM:
+            return None
+        return KNN_DEFAULT_EF_SEARCH
+
+    @property
+    def weighted_rrf(self) -> bool:
+        """The ``score-ranker-processor`` (server-side RRF) takes per-sub-query weights
+        (OpenSearch 3.1+; 2.19's takes only ``rank_constant``)."""
+        return self.distribution == "opensearch" and self.release >= WEIGHTED_RRF_FROM
 
 
 def cluster_capabilities(client: Any) -> Capabilities:

@@ -62,7 +62,7 @@ from lr_opensearch.engine.seismic import (
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import TOKEN_WEIGHTS, FusionConfig
-from lr_opensearch.options import CLIENT_FUSION_MIN_DOCS, HYBRID_SKIPS_FROM
+from lr_opensearch.options import CLIENT_FUSION_MIN_DOCS, HYBRID_SKIPS_FROM, WEIGHTED_RRF_FROM
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -107,6 +107,7 @@ class OpenSearchAdapter(EngineAdapter):
         flt = one_filter(filter_clauses(filter))
         if flt is not None:
             knn["filter"] = flt
+        ef_search = ef_search if ef_search is not None else self._knn_ef_search()
         if ef_search is not None:
             knn["method_parameters"] = {"ef_search": int(ef_search)}
         return {"knn": {self.dense_field: knn}}
@@ -139,6 +140,7 @@ class OpenSearchAdapter(EngineAdapter):
         flt = one_filter(filter_clauses(filter))
         if flt is not None:
             neural["filter"] = flt
+        ef_search = ef_search if ef_search is not None else self._knn_ef_search()
         if ef_search is not None:
             neural["method_parameters"] = {"ef_search": int(ef_search)}
         return {"neural": {self.dense_field: neural}}
@@ -167,6 +169,18 @@ class OpenSearchAdapter(EngineAdapter):
             logger.debug("cluster capabilities: %s", self._capabilities)
         return self._capabilities
 
+    def _knn_ef_search(self) -> int | None:
+        """The ``ef_search`` of a knn clause whose caller names none
+        (``Capabilities.knn_ef_search``: k-NN's default, sent only to clusters older than
+        3.5). None without a client or a cluster that answers: bodies built offline
+        (``Retriever.dsl``) follow the newer engines, and a search reports the cluster."""
+        if self.client is None:
+            return None
+        try:
+            return self.capabilities().knn_ef_search
+        except EngineError:
+            return None
+
     def server_hybrid_available(self) -> bool:
         return bool(getattr(self.capabilities(), "neural_search", False))
 
@@ -181,6 +195,10 @@ class OpenSearchAdapter(EngineAdapter):
                     f"{self._sparse_home[1]!r}, and the hybrid query searches one index")
         if not self.server_hybrid_available():
             return "the OpenSearch cluster has no neural-search plugin (hybrid query)"
+        caps = self.capabilities()
+        if config.combination == "rrf" and not caps.weighted_rrf:
+            return (f"OpenSearch {caps.version}'s RRF (score-ranker-processor) takes no "
+                    f"weights (from {'.'.join(map(str, WEIGHTED_RRF_FROM))} on)")
         return None
 
     def one_query_blocker(self, config: FusionConfig) -> str | None:

@@ -90,9 +90,9 @@ class ClusterSpec:
         return [c.url for c in self.configs()]
 
 
-def default_cluster_root(cache: Path, base_http_port: int, engine: str | None = None) -> Path:
-    kind = get_engine(engine)
-    prefix = "" if kind.name == DEFAULT_ENGINE else f"{kind.name}-"
+def default_cluster_root(cache: Path, base_http_port: int, engine: str | None = None,
+                         version: str | None = None) -> Path:
+    prefix = get_engine(engine).node_dir_prefix(version)
     return cache / "nodes" / f"{prefix}cluster-{base_http_port}"
 
 

@@ -136,12 +136,13 @@ class NodeConfig:
         return out
 
 
-def default_node_dir(http_port: int, cache: Path, engine: str | None = None) -> Path:
+def default_node_dir(http_port: int, cache: Path, engine: str | None = None,
+                     version: str | None = None) -> Path:
     """Default node directory for a port: ``<cache>/nodes/<http_port>`` for OpenSearch,
-    ``<cache>/nodes/elasticsearch-<http_port>`` for Elasticsearch (their data differ)."""
-    kind = get_engine(engine)
-    prefix = "" if kind.name == DEFAULT_ENGINE else f"{kind.name}-"
-    return cache / "nodes" / f"{prefix}{http_port}"
+    ``<cache>/nodes/elasticsearch-<http_port>`` for Elasticsearch,
+    ``<cache>/nodes/opensearch-2.19.1-<http_port>`` for another packaged version (their data
+    differ)."""
+    return cache / "nodes" / f"{get_engine(engine).node_dir_prefix(version)}{http_port}"
 
 
 def write_node_files(config: NodeConfig, home: Path) -> None:

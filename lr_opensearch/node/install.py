@@ -1,16 +1,18 @@
 """Installing OpenSearch + plugins (or Elasticsearch) from Maven Central with ``mvn``.
 
-The artifacts named in the engine's lock (``opensearch.lock.json`` or
-``elasticsearch.lock.json``) are copied by ``mvn dependency:copy-dependencies`` (the
+The artifacts named in the engine version's lock (``opensearch.lock.json``,
+``opensearch-2.19.lock.json`` or ``elasticsearch.lock.json``) are copied by ``mvn dependency:copy-dependencies`` (the
 ordinary Maven client, honouring the user's ``~/.m2/settings.xml`` mirrors and proxies)
 into ``<cache>/artifacts``, checked against the lock's sha256, unpacked into
 ``<cache>/<engine>-<version>-<lock digest>`` and the plugins (if any) are installed with the
-distribution's own ``bin/<engine>-plugin``. The installation is complete only when its
+distribution's own ``bin/<engine>-plugin``, after the modules the lock assembles from jars
+(if any) are written into ``modules/``. The installation is complete only when its
 marker file exists; a second install with the same lock returns at once.
 
 ``ml=True`` installs the ``ml`` flavour (``opensearch-ml.lock.json``: ml-commons and the
 native libraries of its model runtime, unpacked into ``<home>/ml_cache``) beside the lean
-one; the two never prune each other.
+one; the two never prune each other. Nor do installations of two packaged versions
+(``version="2.19.1"`` beside the default 3.6.0).
 """
 
 from __future__ import annotations
@@ -75,15 +77,21 @@ def home_dir(cache: Path, lock: NodeLock) -> Path:
     return cache / f"{lock.engine}-{flavour}{lock.version}-{lock.digest[:10]}"
 
 
-def _select_lock(lock: NodeLock | None, engine: str | None, ml: bool) -> NodeLock:
+def _select_lock(lock: NodeLock | None, engine: str | None, ml: bool,
+                 version: str | None = None) -> NodeLock:
     if lock is not None:
         return lock
+    kind = get_engine(engine)
     if ml:
-        if get_engine(engine).name != "opensearch":
-            raise NodeError(f"--with-ml installs OpenSearch's ml-commons; {get_engine(engine).display} "
+        if kind.name != "opensearch":
+            raise NodeError(f"--with-ml installs OpenSearch's ml-commons; {kind.display} "
                             "has no such plugin (see docs: in-cluster encoding on Elasticsearch)")
-        return load_lock(ML_LOCK_PATH)
-    return load_lock(engine=engine)
+        ml_lock = load_lock(ML_LOCK_PATH)
+        if kind.version(version) != ml_lock.version:
+            raise NodeError(f"--with-ml is packaged for OpenSearch {ml_lock.version} only; "
+                            f"drop --with-ml or --version {version}")
+        return ml_lock
+    return load_lock(engine=engine, version=version)
 
 
 @contextmanager
@@ -203,6 +211,32 @@ def _flavour(home: Path) -> str | None:
         return None
 
 
+def _write_modules(top: Path, lock: NodeLock, paths: dict[str, Path]) -> None:
+    """Assemble ``<top>/modules/<name>/`` for each module the lock builds from jars: its
+    jars, ``plugin-descriptor.properties`` and, if it has permissions,
+    ``plugin-security.policy``."""
+    java = lock.java_min_major
+    for module in lock.modules:
+        folder = top / "modules" / module.name
+        if folder.exists():
+            raise NodeError(f"{lock.distribution.coordinates} already has module "
+                            f"{module.name}; remove it from `modules` in {lock.path.name}")
+        folder.mkdir(parents=True)
+        for artifact in lock.artifacts:
+            if artifact.module == module.name:
+                shutil.copyfile(paths[artifact.coordinates], folder / artifact.file_name)
+        (folder / "plugin-descriptor.properties").write_text("\n".join([
+            "# Written by lr-opensearch from the node lock (modules assembled from jars)",
+            f"description={module.description}", f"version={lock.version}",
+            f"name={module.name}", f"classname={module.classname}",
+            f"java.version={java}", f"opensearch.version={lock.version}",
+            "custom.foldername=", f"extended.plugins={','.join(module.extended_plugins)}",
+            "has.native.controller=false", ""]))
+        if module.permissions:
+            grants = "".join(f"  permission {p};\n" for p in module.permissions)
+            (folder / "plugin-security.policy").write_text(f"grant {{\n{grants}}};\n")
+
+
 def _extract_natives(top: Path, lock: NodeLock, paths: dict[str, Path]) -> None:
     """Unpack the ``native`` artifacts' files into ``<top>/ml_cache`` (as the lock maps them)."""
     for artifact in lock.natives:
@@ -218,25 +252,36 @@ def _extract_natives(top: Path, lock: NodeLock, paths: dict[str, Path]) -> None:
                                     f"{lock.path.name}, field extract)") from None
 
 
+def _version(home: Path) -> str | None:
+    try:
+        return str(json.loads((home / MARKER).read_text()).get("version", ""))
+    except (OSError, ValueError):
+        return None
+
+
 def prune_installations(cache: Path, keep: Path, engine: str | None = None,
-                        flavour: str = "") -> list[Path]:
+                        flavour: str = "", version: str | None = None) -> list[Path]:
     """Remove other installations of ``engine`` and ``flavour`` in ``cache`` that no running
-    process uses.
+    process uses, except those of the engine's other packaged versions.
 
     Args:
         cache: the cache directory.
         keep: the current installation.
         engine: whose installations to prune (default OpenSearch); others are left alone.
         flavour: only installations of this flavour ("" lean, "ml") are pruned.
+        version: the version of ``keep`` (default: the engine's default version); the
+            installations of the engine's other packaged versions stay.
 
     Returns:
         The removed directories.
     """
+    kind = get_engine(engine)
+    others = set(kind.versions) - {version or kind.default_version}
     removed = []
-    for home in sorted(cache.glob(f"{get_engine(engine).name}-*")):
+    for home in sorted(cache.glob(f"{kind.name}-*")):
         if home == keep or not (home / MARKER).is_file() or _in_use(home):
             continue
-        if _flavour(home) != flavour:
+        if _flavour(home) != flavour or _version(home) in others:
             continue
         shutil.rmtree(home, ignore_errors=True)
         removed.append(home)
@@ -245,10 +290,11 @@ def prune_installations(cache: Path, keep: Path, engine: str | None = None,
 
 
 def installed(cache: Path | str | None = None, lock: NodeLock | None = None, *,
-              engine: str | None = None, ml: bool = False) -> Path | None:
-    """The installed home for ``lock`` (default: ``engine``'s lock, the ml one with ``ml``) if
-    complete, else None."""
-    lock = _select_lock(lock, engine, ml)
+              engine: str | None = None, ml: bool = False,
+              version: str | None = None) -> Path | None:
+    """The installed home for ``lock`` (default: the lock of ``engine`` and ``version``, the
+    ml one with ``ml``) if complete, else None."""
+    lock = _select_lock(lock, engine, ml, version)
     home = home_dir(cache_dir(cache), lock)
     marker = home / MARKER
     if not marker.is_file():
@@ -262,24 +308,26 @@ def installed(cache: Path | str | None = None, lock: NodeLock | None = None, *,
 
 def install(cache: Path | str | None = None, *, engine: str | None = None,
             lock: NodeLock | None = None, mvn: str | None = None,
-            force: bool = False, ml: bool = False) -> Installation:
+            force: bool = False, ml: bool = False, version: str | None = None) -> Installation:
     """Install the pinned engine (OpenSearch + plugins by default) into the cache (idempotent).
 
     Args:
         cache: cache directory (default: ``cache_dir()``).
         engine: ``opensearch`` (default) or ``elasticsearch``; selects the packaged lock.
-        lock: the lock to install (default: the packaged lock of ``engine``).
+        lock: the lock to install (default: the packaged lock of ``engine`` and ``version``).
         mvn: path to ``mvn`` (default: env LR_MVN or PATH).
         force: reinstall even when a complete installation exists.
         ml: the ``ml`` flavour (OpenSearch with ml-commons, ``opensearch-ml.lock.json``).
+        version: a packaged version of ``engine`` (``2.19.1`` or ``2.19``; default: the
+            engine's default version, 3.6.0 for OpenSearch).
 
     Returns:
         The installation (home directory, lock, JDK).
     """
-    lock = _select_lock(lock, engine, ml)
+    lock = _select_lock(lock, engine, ml, version)
     kind = get_engine(lock.engine)
     cache = cache_dir(cache)
-    java = find_java(lock.java_min_major, lock.java_preferred_major)
+    java = find_java(lock.java_min_major, lock.java_preferred_major, lock.java_max_major)
     home = home_dir(cache, lock)
     with _install_lock(cache):
         if not force and installed(cache, lock) is not None:
@@ -291,6 +339,7 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
         try:
             logger.info("unpacking %s", lock.distribution.coordinates)
             top = _unpack_distribution(paths[lock.distribution.coordinates], staging, kind)
+            _write_modules(top, lock, paths)
             for plugin in lock.plugins:
                 logger.info("installing plugin %s", plugin.coordinates)
                 _install_plugin(top, paths[plugin.coordinates], java, kind)
@@ -308,5 +357,6 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
         logger.info("installed %s %s with %s in %s (%.0f s)", kind.display, lock.version,
                     ", ".join(p.name for p in lock.plugins) or "no plugins", home,
                     time.monotonic() - started)
-        prune_installations(cache, keep=home, engine=kind.name, flavour=lock.flavour)
+        prune_installations(cache, keep=home, engine=kind.name, flavour=lock.flavour,
+                            version=lock.version)
     return Installation(home, lock, java)

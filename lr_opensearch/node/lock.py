@@ -1,13 +1,20 @@
 """The lock files: every Maven artifact of the local node, pinned with its sha256.
 
-One lock per engine, next to this module: ``opensearch.lock.json`` (the default) and
-``elasticsearch.lock.json``. Each is the single record of what that engine's node is made
-of. Install fetches exactly these coordinates and refuses files whose checksum differs.
+One lock per engine version, next to this module: ``opensearch.lock.json`` (OpenSearch
+3.6.0, the default), ``opensearch-2.19.lock.json`` (2.19.1) and ``elasticsearch.lock.json``.
+Each is the single record of what that node is made of. Install fetches exactly these coordinates and refuses files whose checksum differs.
 
 A lock may extend another (``"extends": "<file>"``, next to it) and name a ``flavour``:
 ``opensearch-ml.lock.json`` is the lean OpenSearch lock plus ml-commons and the native
 libraries its model runtime needs (``lr node install --with-ml``). Its artifacts follow the
 base lock's; its digest covers both files, so each flavour is its own installation.
+
+An engine may have several packaged versions, one lock each
+(:attr:`lr_opensearch.node.products.Engine.lock_files`). A lock whose distribution lacks
+modules the node needs (OpenSearch 2.19.1's integ-test-zip has only transport-netty4)
+lists them under ``modules`` (name -> plugin class, description, extended plugins, security
+permissions) and their jars as artifacts of role ``module``; install assembles
+``modules/<name>/`` from them.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ class Artifact:
     """One pinned Maven artifact.
 
     Attributes:
-        role: ``distribution`` (the engine's zip), ``plugin`` (installed into it) or
+        role: ``distribution`` (the engine's zip), ``plugin`` (installed into it),
+            ``module`` (a jar of a module assembled into ``modules/<module>/``) or
             ``native`` (files unpacked from a jar into the installation's ``ml_cache``).
         name: the plugin / distribution name as the engine knows it.
         group_id, artifact_id, version, packaging: Maven coordinates.
@@ -39,6 +47,7 @@ class Artifact:
         sha256: hex digest of the file.
         classifier: Maven classifier ("" for none).
         extract: ``native`` only: (member in the jar, path below ``ml_cache``) pairs.
+        module: ``module`` only: the module whose folder the jar goes into.
     """
 
     role: str
@@ -51,6 +60,7 @@ class Artifact:
     sha256: str
     classifier: str = ""
     extract: tuple[tuple[str, str], ...] = ()
+    module: str = ""
 
     @property
     def coordinates(self) -> str:
@@ -66,6 +76,26 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class Module:
+    """A module assembled from jars (``modules/<name>/`` of the installation).
+
+    Attributes:
+        name: the module's name (its folder and ``name=`` in the descriptor).
+        classname: the plugin class the node loads.
+        description: the descriptor's description.
+        extended_plugins: modules / plugins whose class loader it extends.
+        permissions: Java security permissions of its ``plugin-security.policy``
+            (none: no policy file).
+    """
+
+    name: str
+    classname: str
+    description: str
+    extended_plugins: tuple[str, ...] = ()
+    permissions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class NodeLock:
     """The parsed lock file."""
 
@@ -77,6 +107,8 @@ class NodeLock:
     digest: str  # sha256 of the lock file itself (and the one it extends): names an installation
     path: Path = LOCK_PATH
     flavour: str = ""  # "" (lean) or "ml" (with ml-commons): installed side by side
+    java_max_major: int = 0  # the newest Java the engine runs on (0: no limit known)
+    modules: tuple[Module, ...] = ()  # modules assembled from jars (role "module")
 
     @property
     def natives(self) -> tuple[Artifact, ...]:
@@ -104,24 +136,52 @@ def _artifact(entry: dict, where: str) -> Artifact:
             packaging=entry["packaging"], size=int(entry["size"]), sha256=entry["sha256"].lower(),
             classifier=entry.get("classifier", ""),
             extract=tuple((str(k), str(v)) for k, v in entry.get("extract", {}).items()),
+            module=str(entry.get("module", "")),
         )
     except KeyError as exc:
         raise NodeError(f"{where}: artifact entry {entry!r} lacks field {exc}") from exc
 
 
-def load_lock(path: Path | str | None = None, *, engine: str | None = None) -> NodeLock:
+def _modules(data: dict, artifacts: tuple[Artifact, ...], where: str) -> tuple[Module, ...]:
+    try:
+        modules = tuple(
+            Module(name=str(name), classname=str(spec["classname"]),
+                   description=str(spec["description"]),
+                   extended_plugins=tuple(map(str, spec.get("extended_plugins", ()))),
+                   permissions=tuple(map(str, spec.get("permissions", ()))))
+            for name, spec in data.get("modules", {}).items())
+    except KeyError as exc:
+        raise NodeError(f"{where}: a module entry lacks field {exc}") from exc
+    names = {m.name for m in modules}
+    for artifact in artifacts:
+        if (artifact.role == "module") != bool(artifact.module) or (
+                artifact.module and artifact.module not in names):
+            raise NodeError(f"{where}: artifact {artifact.coordinates} has role "
+                            f"{artifact.role!r} and module {artifact.module!r}; a jar of role "
+                            "'module' names one of the lock's modules, and only such a jar")
+    empty = names - {a.module for a in artifacts}
+    if empty:
+        raise NodeError(f"{where}: module(s) {sorted(empty)} have no jar (role 'module')")
+    return modules
+
+
+def load_lock(path: Path | str | None = None, *, engine: str | None = None,
+              version: str | None = None) -> NodeLock:
     """Read and validate a node lock file.
 
     Args:
-        path: the lock file (default: the packaged lock of ``engine``).
+        path: the lock file (default: the packaged lock of ``engine`` and ``version``).
         engine: ``opensearch`` (default) or ``elasticsearch``; with ``path`` given, the
             file must be a lock of that engine.
+        version: one of the engine's packaged versions (default: its default version);
+            ignored when ``path`` is given.
 
     Raises:
         NodeError: the file is missing, not JSON, foreign, of another engine, or lacks a
             field.
+        ConfigError: ``version`` is not packaged.
     """
-    path = Path(path) if path is not None else get_engine(engine).lock_path
+    path = Path(path) if path is not None else get_engine(engine).lock_path_for(version)
     try:
         raw = path.read_bytes()
         data = json.loads(raw)
@@ -158,6 +218,8 @@ def load_lock(path: Path | str | None = None, *, engine: str | None = None) -> N
         digest=hashlib.sha256(raw).hexdigest(),
         path=path,
         flavour=str(data.get("flavour", "")),
+        java_max_major=int(java.get("max_major", 0)),
+        modules=_modules(data, artifacts, str(path)),
     )
 
 

@@ -2,9 +2,14 @@
 
 Both are started, configured, waited for and stopped by the same code
 (:mod:`lr_opensearch.node.process`, :mod:`lr_opensearch.node.config`); an :class:`Engine`
-holds only what differs between them: the lock file, the launcher and environment variable
+holds only what differs between them: the lock files, the launcher and environment variable
 names, the config file name, the multi-node bootstrap setting, a few defaults and how the
 node is run unprivileged when ``lr`` runs as root.
+
+An engine may come in several packaged versions, one lock file each
+(:attr:`Engine.lock_files`): OpenSearch 3.6.0 (the default) and 2.19.1 (``lr node start
+--version 2.19.1``). What differs between the versions of one engine (artifacts, modules
+to assemble, the Java range) lives in its lock file and nowhere else.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ class Engine:
             installation's directory prefix and the word looked for in the process's
             command line).
         display: the product name in messages.
-        lock_file: the lock file's name, next to this module.
+        lock_files: packaged version -> its lock file's name (next to this module); the
+            first is the default version.
         env_prefix: prefix of the launcher's environment variables (``<prefix>JAVA_HOME``,
             ``<prefix>PATH_CONF``, ``<prefix>TMPDIR``, ``<prefix>JAVA_OPTS``).
         config_file: the main settings file written into the node's ``config/``.
@@ -42,7 +48,7 @@ class Engine:
 
     name: str
     display: str
-    lock_file: str
+    lock_files: Mapping[str, str]
     env_prefix: str
     config_file: str
     config_files: tuple[str, ...]
@@ -53,9 +59,50 @@ class Engine:
     settings: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
+    def default_version(self) -> str:
+        """The version installed when none is asked for."""
+        return next(iter(self.lock_files))
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """The packaged versions, the default first."""
+        return tuple(self.lock_files)
+
+    def version(self, asked: str | None) -> str:
+        """The packaged version ``asked`` names: exact (``2.19.1``) or a unique prefix
+        (``2.19``); None is the default version.
+
+        Raises:
+            ConfigError: no packaged version, or several, match.
+        """
+        if asked is None or not str(asked).strip():
+            return self.default_version
+        asked = str(asked).strip()
+        if asked in self.lock_files:
+            return asked
+        found = [v for v in self.lock_files if v.startswith(asked + ".")]
+        if len(found) != 1:
+            raise ConfigError(f"{self.display} {asked} is not packaged; valid versions: "
+                              f"{', '.join(self.versions)}")
+        return found[0]
+
+    def lock_path_for(self, version: str | None = None) -> Path:
+        """The packaged lock file of ``version`` (None: the default version)."""
+        return Path(__file__).with_name(self.lock_files[self.version(version)])
+
+    def node_dir_prefix(self, version: str | None = None) -> str:
+        """Prefix of this engine version's default node dirs under ``<cache>/nodes/``:
+        none for OpenSearch's default version, ``<engine>-`` for another engine's default
+        version, ``<engine>-<version>-`` for any other version (their data differ)."""
+        version = self.version(version)
+        if version != self.default_version:
+            return f"{self.name}-{version}-"
+        return "" if self.name == DEFAULT_ENGINE else f"{self.name}-"
+
+    @property
     def lock_path(self) -> Path:
-        """The packaged lock file of this engine."""
-        return Path(__file__).with_name(self.lock_file)
+        """The packaged lock file of the default version."""
+        return self.lock_path_for(None)
 
     @property
     def launcher(self) -> str:
@@ -75,7 +122,9 @@ class Engine:
 
 
 OPENSEARCH = Engine(
-    name="opensearch", display="OpenSearch", lock_file="opensearch.lock.json",
+    name="opensearch", display="OpenSearch",
+    lock_files=MappingProxyType({"3.6.0": "opensearch.lock.json",
+                                 "2.19.1": "opensearch-2.19.lock.json"}),
     env_prefix="OPENSEARCH_", config_file="opensearch.yml",
     config_files=("jvm.options", "log4j2.properties"),
     initial_managers_setting="cluster.initial_cluster_manager_nodes",
@@ -85,7 +134,8 @@ OPENSEARCH = Engine(
 )
 
 ELASTICSEARCH = Engine(
-    name="elasticsearch", display="Elasticsearch", lock_file="elasticsearch.lock.json",
+    name="elasticsearch", display="Elasticsearch",
+    lock_files=MappingProxyType({"9.1.0": "elasticsearch.lock.json"}),
     env_prefix="ES_", config_file="elasticsearch.yml",
     # The security module reads its files even when disabled; they are empty/default here.
     config_files=("jvm.options", "log4j2.properties", "roles.yml", "role_mapping.yml",
