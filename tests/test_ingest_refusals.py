@@ -113,15 +113,10 @@ def test_a_write_block_set_mid_run_stops_it_at_the_last_acknowledged_chunk(
         tiny: Path, adi: list[dict[str, Any]], os_client: Any, opensearch_url: str,
         index_name: str, tmp_path: Path) -> None:
     """The block arrives while documents are being encoded: the writer's next chunk meets it."""
-    from lr_opensearch.bundle import load_bundle
     from lr_opensearch.indexing.run import run
-    from lr_opensearch.model import DocEncoder
 
-    corpus = write_jsonl(tmp_path / "c.jsonl", adi[:40])
-    config = ingest_config(corpus, tiny, index_name, opensearch_url, tmp_path / "state",
-                           batch_size=5, chunk_size=5, sort_window=5, queue_chunks=1)
-    encoder = BlockingEncoder(DocEncoder.from_bundle(load_bundle(tiny)), os_client, index_name,
-                              after_batches=3, settings={"index.blocks.write": True})
+    config, encoder = _changed_mid_run(tiny, adi, os_client, opensearch_url, index_name,
+                                       tmp_path, settings={"index.blocks.write": True})
     with pytest.raises(IngestError, match="index.blocks.write|blocked") as info:
         run(config, encoder=encoder)
     assert index_name in str(info.value) and "--restart" not in str(info.value)
@@ -137,18 +132,28 @@ def test_a_write_block_set_mid_run_stops_it_at_the_last_acknowledged_chunk(
 def test_an_index_deleted_mid_run_stops_it_instead_of_filling_an_auto_created_one(
         tiny: Path, adi: list[dict[str, Any]], os_client: Any, opensearch_url: str,
         index_name: str, tmp_path: Path) -> None:
-    from lr_opensearch.bundle import load_bundle
     from lr_opensearch.indexing.run import run
-    from lr_opensearch.model import DocEncoder
 
-    corpus = write_jsonl(tmp_path / "c.jsonl", adi[:40])
-    config = ingest_config(corpus, tiny, index_name, opensearch_url, tmp_path / "state",
-                           batch_size=5, chunk_size=5, sort_window=5, queue_chunks=1)
-    encoder = BlockingEncoder(DocEncoder.from_bundle(load_bundle(tiny)), os_client, index_name,
-                              after_batches=3, delete=True)
+    config, encoder = _changed_mid_run(tiny, adi, os_client, opensearch_url, index_name,
+                                       tmp_path, delete=True)
     with pytest.raises(IngestError, match="deleted") as info:
         run(config, encoder=encoder)
     assert index_name in str(info.value) and "--restart" in str(info.value)
+
+
+def _changed_mid_run(tiny: Path, adi: list[dict[str, Any]], client: Any, url: str, index: str,
+                     tmp: Path, **change: Any) -> tuple[Any, BlockingEncoder]:
+    """A 40-document run in chunks of 5 and an encoder that changes the index after 3
+    batches (``change``: BlockingEncoder's ``settings`` or ``delete``)."""
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.model import DocEncoder
+
+    corpus = write_jsonl(tmp / "c.jsonl", adi[:40])
+    config = ingest_config(corpus, tiny, index, url, tmp / "state", batch_size=5,
+                           chunk_size=5, sort_window=5, queue_chunks=1)
+    encoder = BlockingEncoder(DocEncoder.from_bundle(load_bundle(tiny)), client, index,
+                              after_batches=3, **change)
+    return config, encoder
 
 
 class BlockingEncoder:
