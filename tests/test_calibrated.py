@@ -83,7 +83,9 @@ def test_one_query_flattens_the_legs_and_applies_the_filter_once() -> None:
 
 
 # ---- the node --------------------------------------------------------------------------
-@pytest.fixture(scope="module", params=["opensearch", "elasticsearch"])
+# the OpenSearch half runs again on every packaged OpenSearch version (the matrix)
+@pytest.fixture(scope="module", params=[pytest.param("opensearch", marks=pytest.mark.matrix),
+                                        "elasticsearch"])
 def engine_client(request: pytest.FixtureRequest) -> Any:
     """The OpenSearch node, then the Elasticsearch 9.1 node (basic licence)."""
     return request.getfixturevalue("os_client" if request.param == "opensearch" else "es_client")

@@ -24,7 +24,7 @@ from ingest_support import (
 
 from lr_opensearch.errors import IngestError
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.matrix]
 
 
 @pytest.fixture(scope="module")
