@@ -356,7 +356,7 @@ class EngineAdapter:
             return self._send_mget(None if all("_index" in d for d in docs) else index, docs)
         except self.transport_errors as exc:
             raise EngineError(f"_mget of {len(docs)} documents on {self.engine} index "
-                              f"{index!r} failed: {exc}") from exc
+                              f"{index!r} failed: {refusal(exc)}") from exc
 
     def msearch(
         self,
@@ -385,7 +385,7 @@ class EngineAdapter:
                 resp = self._send_msearch(lines)
             except self.transport_errors as exc:
                 raise EngineError(f"_msearch on {self.engine} index {index!r} failed: "
-                                  f"{exc}") from exc
+                                  f"{refusal(exc)}") from exc
             for i, item in enumerate(resp["responses"]):
                 result = parse_response(item, f"{what} #{start + i} on {routes[i] or index!r}")
                 results.append(self._unroute(result) if routes[i] else result)
@@ -415,7 +415,7 @@ class EngineAdapter:
         try:
             return call(*args, **kwargs)
         except self.transport_errors as exc:
-            raise EngineError(f"{what} on {self.engine} failed: {exc}") from exc
+            raise EngineError(f"{what} on {self.engine} failed: {refusal(exc)}") from exc
 
     def index_exists(self, index: str) -> bool:
         return bool(self._admin(f"checking index {index!r}", self.client.indices.exists,
@@ -584,6 +584,16 @@ class EngineAdapter:
         answer gives every action of it ``{"status": "N/A", "error": ..., "exception": ...}``.
         """
         raise NotImplementedError
+
+
+def refusal(exc: BaseException) -> str:
+    """An engine client's exception as words: HTTP 413 says which limit (the clients print
+    it as a bare ``TransportError(413, '')``), anything else as the client words it."""
+    if status_of(exc) == 413:
+        return (f"HTTP 413: the request is larger than the cluster's http.max_content_length "
+                f"({HTTP_MAX_CONTENT_LENGTH // 2**20}mb unless set in opensearch.yml / "
+                "elasticsearch.yml)")
+    return str(exc)
 
 
 def status_of(exc: BaseException) -> Any:
