@@ -220,10 +220,11 @@ class EngineAdapter:
         return None
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, depth: int | None = None, source: Any = None,
+                    size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body that the cluster fuses (only when the blocker says None):
-        ``depth`` hits collected per sub-query (default ``size``), ``size`` returned."""
+        ``per_leg`` hits collected per sub-query (default ``size``), ``size`` returned (the
+        engine's ``size``: the page's end)."""
         raise NotImplementedError
 
     def text_query(self, text: str, *, filter: Filter = None,

@@ -223,12 +223,12 @@ class ElasticsearchAdapter(EngineAdapter):
         return None
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, depth: int | None = None, source: Any = None,
+                    size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body fusing the legs' queries with a ``linear`` (min-max normalised,
-        weighted sum) or ``rrf`` retriever; every leg keeps its ``depth`` (default
+        weighted sum) or ``rrf`` retriever; every leg keeps its ``per_leg`` (default
         ``size``) best hits (``rank_window_size``), ``size`` come back."""
-        window = max(int(size), int(depth or size))
+        window = max(int(size), int(per_leg or size))
         children = [{"standard": {"query": dict(q)}} for q in legs]
         if config.combination == "rrf":
             retriever: dict[str, Any] = {"rrf": {

@@ -217,14 +217,14 @@ class OpenSearchAdapter(EngineAdapter):
                 f"{'.'.join(map(str, HYBRID_SKIPS_FROM))}); each leg searched alone skips")
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
-                    size: int, depth: int | None = None, source: Any = None,
+                    size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body: the ``hybrid`` query of the legs with its normalization
-        pipeline inline; ``depth`` > ``size`` becomes the hybrid query's
+        pipeline inline; ``per_leg`` > ``size`` becomes the hybrid query's
         ``pagination_depth`` (hits each sub-query collects per shard)."""
         query = self.hybrid_query(*legs)
-        if depth is not None and depth > size:
-            query["hybrid"]["pagination_depth"] = int(depth)
+        if per_leg is not None and per_leg > size:
+            query["hybrid"]["pagination_depth"] = int(per_leg)
         return self.body(query, size=size, source=source, timeout=timeout,
                          pipeline=self.hybrid_pipeline(config))
 

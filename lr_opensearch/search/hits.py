@@ -122,7 +122,7 @@ def assemble_client(
             query_sparse,
             req,
         )
-        for pos, (key, score, _raw, norm, ranks) in enumerate(table[req.from_ : req.depth])
+        for pos, (key, score, _raw, norm, ranks) in enumerate(table[req.from_ : req.page_end])
     ]
 
 
@@ -139,7 +139,7 @@ def assemble_server(
     detail = {row[0]: row for row in client_fusion(parts, req.config)} if parts else {}
     engine = _engine_scores(parts, legs) if parts else {}
     hits = []
-    for pos, h in enumerate(fused.hits[req.from_ : req.depth]):
+    for pos, h in enumerate(fused.hits[req.from_ : req.page_end]):
         row = detail.get(hit_key(h))
         hits.append(
             make_hit(
@@ -172,7 +172,7 @@ def assemble_calibrated(
     engine = _engine_scores(parts, legs) if parts else {}
     weights = req.config.weights
     hits = []
-    for pos, h in enumerate(res.hits[req.from_ : req.depth]):
+    for pos, h in enumerate(res.hits[req.from_ : req.page_end]):
         mine = engine.get(hit_key(h), {})
         norm = {name: s * boosts[name] / weights[name] for name, s in mine.items()}
         hits.append(make_hit(h.ref, req.from_ + pos + 1, h.score, mine, norm, {}, h.source,
@@ -186,7 +186,7 @@ def assemble_single(
     """Hits of a one-leg search (score: that leg's score as it reads)."""
     leg = leg_registry.get(req.mode)
     hits = []
-    for pos, h in enumerate(res.hits[req.from_ : req.depth]):
+    for pos, h in enumerate(res.hits[req.from_ : req.page_end]):
         rank = req.from_ + pos + 1
         hits.append(make_hit(h.ref, rank, leg.score(h.score), {req.mode: h.score}, {},
                              {req.mode: rank}, h.source, query_sparse, req))

@@ -201,15 +201,17 @@ class SearchRequest:
         return self.options.filter
 
     @property
-    def depth(self) -> int:
+    def page_end(self) -> int:
+        """Where the page ends in the ranked list: ``from_ + k`` (the engine's ``size`` of a
+        request that returns the page itself)."""
         return self.from_ + self.k
 
     @property
-    def size(self) -> int:
+    def per_leg(self) -> int:
         """Hits each leg retrieves: the candidates for fusion, the page for one leg (and for
         the ``calibrated`` one query)."""
-        return self.depth if self.path in ("single", CALIBRATED) else max(
-            self.options.candidates, self.depth)
+        return self.page_end if self.path in ("single", CALIBRATED) else max(
+            self.options.candidates, self.page_end)
 
     @property
     def shape(self) -> Shape:

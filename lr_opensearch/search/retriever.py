@@ -8,8 +8,8 @@ the ``linear`` / ``rrf`` retrievers, semantics ``linear``, Enterprise or trial l
 otherwise every sub-query goes out in one ``_msearch`` and :mod:`lr_opensearch.search.fusion`
 fuses them, with one log line saying why. ``fusion="server"|"client"`` forces a path.
 
-Every sub-query retrieves ``depth = max(candidates, from_ + k)`` hits (knn ``k`` = depth),
-the fused list is cut to ``[from_, from_ + k)``; server and client paths see the same lists.
+Every sub-query retrieves ``per_leg = max(candidates, from_ + k)`` hits (knn ``k`` = per_leg),
+the fused list is cut to ``[from_, page_end)`` with ``page_end = from_ + k``; server and client paths see the same lists.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ class Retriever:
         fetch = self._fetch_after(req)
         source = False if fetch else req.source
         if req.path == "single":
-            bodies = [self.adapter.body(pair[0], size=req.size, source=source,
+            bodies = [self.adapter.body(pair[0], size=req.per_leg, source=source,
                                         timeout=req.timeout) for pair in sub]
             results = self.adapter.msearch(self.index, bodies, what=f"{req.mode} search")
             return [assemble_single(res, sparse[i] if sparse is not None else None, req)
@@ -278,7 +278,7 @@ class Retriever:
         fetched = None
         if fetch:
             page = [refs_of(res)[row[0]] for res, table in zip(grouped, tables, strict=True)
-                    for row in table[req.from_ : req.depth]]
+                    for row in table[req.from_ : req.page_end]]
             fetched = self.adapter.fetch_sources(self.index, page, req.source)
         return [
             assemble_client(res, sparse[i] if sparse is not None else None, req, fetched, table)
@@ -328,19 +328,19 @@ class Retriever:
         for text, pair in zip(texts, sub, strict=True):
             if req.path == "server":
                 requests = [{"method": "GET", "path": search, "body": self.adapter.hybrid_body(
-                    pair, c, size=req.depth, depth=req.size, source=req.source,
+                    pair, c, size=req.page_end, per_leg=req.per_leg, source=req.source,
                     timeout=req.timeout)}]
             elif req.path == CALIBRATED:
                 requests = [{"method": "GET", "path": search,
                              "body": self._calibrated_body(pair, req, req.source)}]
             elif req.path == "single":
                 requests = [{"method": "GET", "path": at(pair[0]), "body": self.adapter.body(
-                    pair[0], size=req.depth, source=req.source, timeout=req.timeout)}]
+                    pair[0], size=req.page_end, source=req.source, timeout=req.timeout)}]
             else:
                 requests = [
                     {"leg": leg, "method": "GET",
                      "path": at(q) + ("" if shard is None else f"?preference=_shards:{shard}"),
-                     "body": self.adapter.body(q, size=req.size, source=False,
+                     "body": self.adapter.body(q, size=req.per_leg, source=False,
                                                timeout=req.timeout)}
                     for leg, q in zip(req.legs, pair, strict=True)
                     for shard in self._shard_ids(req)]
@@ -369,7 +369,7 @@ class Retriever:
         bodies, prefs = [], []
         for pair in sub:
             for q in pair:
-                body = self.adapter.body(q, size=req.size, source=source,
+                body = self.adapter.body(q, size=req.per_leg, source=source,
                                          timeout=req.timeout)
                 for shard in shard_ids:
                     bodies.append(body)
@@ -449,13 +449,13 @@ class Retriever:
         after, in one ``_mget``: client fusion pulls ``candidates`` hits per leg but returns
         ``k``; the server's hybrid search returns the page, but filtering sources in its
         fetch phase costs several times the search (measured: 143 vs 30 ms a search)."""
-        return req.source is not False and req.path != "single" and req.size > req.depth
+        return req.source is not False and req.path != "single" and req.per_leg > req.page_end
 
     def _sub_queries(self, inputs: Mapping[str, Any], req: SearchRequest,
                      n: int) -> list[SubQueries]:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
-        ctx = req.shape.context(max(req.options.candidates, req.depth), filter=req.filter,
+        ctx = req.shape.context(max(req.options.candidates, req.page_end), filter=req.filter,
                                 ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.cluster.requests import text_sub_queries
@@ -492,7 +492,7 @@ class Retriever:
     def _calibrated_body(self, pair: SubQueries, req: SearchRequest, source: Any) -> dict[str, Any]:
         boosts = self.boosts(req)
         return self.adapter.calibrated_body(pair, [boosts[name] for name in req.legs],
-                                            size=req.depth, filter=req.filter, source=source,
+                                            size=req.page_end, filter=req.filter, source=source,
                                             timeout=req.timeout)
 
     def _run_calibrated(self, sub: list[SubQueries], sparse: Sequence[Mapping[str, float]] | None,
@@ -514,7 +514,7 @@ class Retriever:
         documents: the scores the ``bool`` summed (knn keeps its own k, as in the query)."""
         bodies = []
         for pair, res in zip(sub, fused, strict=True):
-            ids = [h.doc_id for h in res.hits[req.from_ : req.depth]]
+            ids = [h.doc_id for h in res.hits[req.from_ : req.page_end]]
             for q in pair:
                 bodies.append(self.adapter.body(
                     {"bool": {"must": [q], "filter": [{"ids": {"values": ids}}]}},
@@ -546,7 +546,7 @@ class Retriever:
         # costs ~4x the search here); the page's sources come in one _mget
         fetch = self._fetch_after(req)
         bodies = [
-            self.adapter.hybrid_body(pair, req.config, size=req.depth, depth=req.size,
+            self.adapter.hybrid_body(pair, req.config, size=req.page_end, per_leg=req.per_leg,
                                      source=False if fetch else req.source,
                                      timeout=req.timeout)
             for pair in sub
@@ -557,7 +557,7 @@ class Retriever:
             parts = self._search_legs(sub, req, False, what="hybrid explain")
         fetched = None
         if fetch:
-            page = [h.ref for res in fused for h in res.hits[req.from_ : req.depth]]
+            page = [h.ref for res in fused for h in res.hits[req.from_ : req.page_end]]
             fetched = self.adapter.fetch_sources(self.index, page, req.source)
         out = []
         for i, res in enumerate(fused):
