@@ -67,20 +67,20 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     dense = r.search(text, k=10, mode="dense")
     assert [h.doc_id for h in dense] == [f"d{i:02d}" for i in np.argsort(-ip)[:10]]
     for h in dense:
-        assert h.dense_score == pytest.approx(
-            float(ip[int(h.doc_id[1:])]), abs=1e-5 * max(1.0, abs(h.dense_score)) ** 2
+        assert h.scores.get("dense") == pytest.approx(
+            float(ip[int(h.doc_id[1:])]), abs=1e-5 * max(1.0, abs(h.scores.get("dense"))) ** 2
         )
     sp_hits = r.search(text, k=10, mode="sparse")
     for h in sp_hits:
-        assert h.sparse_score == pytest.approx(dots[int(h.doc_id[1:])], rel=LUCENE_FEATURE_REL_TOL)
+        assert h.scores.get("sparse") == pytest.approx(dots[int(h.doc_id[1:])], rel=LUCENE_FEATURE_REL_TOL)
     # hybrid = fusion of the two sub-queries fetched independently
     d50 = r.search(text, k=50, mode="dense")
     s50 = r.search(text, k=50, mode="sparse")
     from lr_opensearch.engine.scores import score_from_inner_product
 
     expected = fuse(
-        [(h.doc_id, score_from_inner_product(h.dense_score)) for h in d50],
-        [(h.doc_id, h.sparse_score) for h in s50],
+        [(h.doc_id, score_from_inner_product(h.scores.get("dense"))) for h in d50],
+        [(h.doc_id, h.scores.get("sparse")) for h in s50],
         k=10,
     )
     hybrid = r.search(text, k=10, explain=True)
@@ -88,7 +88,7 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     # Explain: every hit the sparse side found names its query tokens. (Token ids, so the
     # dense ranking, vary between processes: the WordPiece trainer's tie order is not fixed,
     # so hybrid[0] may be a dense-only hit.)
-    assert all(h.explanation.top_tokens for h in hybrid if h.sparse_score is not None)
+    assert all(h.explanation.top_tokens for h in hybrid if h.scores.get("sparse") is not None)
     top_sparse = r.search(text, k=1, mode="sparse", explain=True)[0].explanation.top_tokens
     assert top_sparse and {t.key for t in top_sparse} <= set(q.sparse)
     with pytest.raises(ConfigError, match="semantics 'opensearch' has no Elasticsearch"):

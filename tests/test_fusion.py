@@ -40,11 +40,11 @@ def test_opensearch_min_max_arithmetic_keeps_missing_weight():
     for doc, value in expected.items():
         assert scores(hits)[doc] == pytest.approx(value, rel=1e-6)
     a = hits[0]
-    assert (a.dense_score, a.sparse_score) == (3.0, 2.0)
-    assert a.dense_norm == pytest.approx(1.0) and a.sparse_norm == pytest.approx(0.001)
-    assert (a.dense_rank, a.sparse_rank) == (1, 3)
+    assert (a.scores.get("dense"), a.scores.get("sparse")) == (3.0, 2.0)
+    assert a.norms.get("dense") == pytest.approx(1.0) and a.norms.get("sparse") == pytest.approx(0.001)
+    assert (a.ranks.get("dense"), a.ranks.get("sparse")) == (1, 3)
     d = next(h for h in hits if h.doc_id == "d")
-    assert d.dense_score is None and d.dense_norm is None and d.dense_rank is None
+    assert d.scores.get("dense") is None and d.norms.get("dense") is None and d.ranks.get("dense") is None
 
 
 def test_only_one_side_finds_the_best_sparse_doc():
@@ -112,7 +112,7 @@ def test_rrf_weighted_reciprocal_ranks():
     assert order(hits) == ["a", "b", "c", "d"]
     for doc, value in expected.items():
         assert scores(hits)[doc] == pytest.approx(value, rel=1e-6)
-    assert hits[0].dense_norm == pytest.approx(1 / 61, rel=1e-6)
+    assert hits[0].norms.get("dense") == pytest.approx(1 / 61, rel=1e-6)
 
 
 def test_rrf_rank_constant_and_linear_rrf():
@@ -140,7 +140,7 @@ def test_single_hit_per_side():
     # one value per list: the server normalises it to 1.0; the reference (eps) to 0.
     hits = fuse([("x", 5.0)], [("y", 0.2)])
     assert scores(hits) == pytest.approx({"x": 0.7, "y": 0.3})
-    assert hits[0].dense_norm == 1.0
+    assert hits[0].norms.get("dense") == 1.0
     lin = fuse([("x", 5.0)], [("y", 0.2)], semantics="linear")
     assert scores(lin) == {"x": 0.0, "y": 0.0}
     assert order(lin) == ["x", "y"]  # tie broken by doc id
@@ -195,7 +195,7 @@ def test_arithmetic_equals_weighted_sum_on_random_lists():
     dense = [(d, float(s)) for d, s in zip(ids[:25], rng.random(25) * 3, strict=True)]
     sparse = [(d, float(s)) for d, s in zip(ids[15:], rng.random(25) * 20, strict=True)]
     for hit in fuse(dense, sparse, weights=(0.6, 0.4)):
-        want = 0.6 * (hit.dense_norm or 0.0) + 0.4 * (hit.sparse_norm or 0.0)
+        want = 0.6 * (hit.norms.get("dense") or 0.0) + 0.4 * (hit.norms.get("sparse") or 0.0)
         assert hit.score == pytest.approx(want, rel=1e-6)
 
 
@@ -261,12 +261,12 @@ def test_three_legs_by_hand() -> None:
     for h in hits:
         assert h.score == pytest.approx(want[h.doc_id], rel=1e-6)
     c = next(h for h in hits if h.doc_id == "c")
-    assert (c.bm25_score, c.bm25_norm, c.bm25_rank) == (7.0, 1.0, 1)
+    assert (c.scores.get("bm25"), c.norms.get("bm25"), c.ranks.get("bm25")) == (7.0, 1.0, 1)
     # a zero-weight leg is not fused at all: two legs give the two-leg result
     two = fuse3(dense, sparse, bm25_hits=bm25, weights=(0.7, 0.3, 0.0))
     assert [(h.doc_id, h.score) for h in two] == [(h.doc_id, h.score)
                                                   for h in fuse3(dense, sparse, weights=(0.7, 0.3))]
-    assert all(h.bm25_rank is None for h in two)
+    assert all(h.ranks.get("bm25") is None for h in two)
     with pytest.raises(ConfigError, match="without bm25_hits"):
         fuse3(dense, sparse, weights=(0.3, 0.2, 0.5))
 

@@ -63,7 +63,6 @@ def test_legacy_bundle_loads_with_its_id_and_weights() -> None:
     assert bundle.bundle_id == LEGACY_ID
     assert dict(bundle.config.weights) == {**dict.fromkeys(legs.names(), 0.0),
                                            "dense": 0.5, "sparse": 0.2, "bm25": 0.3}
-    assert (bundle.config.dense_weight, bundle.config.bm25_weight) == (0.5, 0.3)  # old names
     # a config of the two-leg era (no bm25_weight) loads with BM25 at 0
     two = {k: v for k, v in manifest["config"].items() if k != "bm25_weight"}
     two.update(dense_weight=0.7, sparse_weight=0.3)
@@ -110,7 +109,7 @@ def test_legacy_bundle_searches_as_before(os_client: Any, legacy_index: str) -> 
             if want is None:
                 continue
             for name in ("dense", "sparse", "bm25"):
-                for what, value in ((f"{name}_score", getattr(got, f"{name}_score")),
+                for what, value in ((f"{name}_score", got.scores.get(name)),
                                     (f"{name}_norm", got.explanation.leg(name).norm)):
                     expected_value = want[what]
                     assert (value is None) == (expected_value is None), (case, what)
@@ -164,7 +163,7 @@ def test_a_fourth_leg_is_searched_fused_explained_and_reported(
     assert part.score == top.scores[title_leg.name] and part.rank >= 1 and part.norm > 0
     assert list(top.explanation.legs) == list(weights)
     assert title_leg.name in format_hits(query, client, explain=True).splitlines()[1]
-    assert hits_json(query, client)["hits"][0][f"{title_leg.name}_score"] is not None
+    assert hits_json(query, client)["hits"][0]["scores"][title_leg.name] is not None
     plan = r.dsl(query)[0]
     assert plan["fusion"]["legs"] == list(weights)
     assert {"match": {"title": query}} in plan["requests"][0]["body"]["query"]["hybrid"]["queries"]

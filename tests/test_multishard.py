@@ -98,9 +98,9 @@ def test_server_and_client_fusion_agree_on_three_shards(
             # (the last group may be cut by k: left out)
             assert _tie_groups(c_hits)[:-1] == _tie_groups(s_hits)[:-1], (text, candidates)
             if len(weights) == 2:
-                dense = [(h.doc_id, score_from_inner_product(h.dense_score))
+                dense = [(h.doc_id, score_from_inner_product(h.scores.get("dense")))
                          for h in client.search(text, k=candidates, mode="dense")]
-                sparse = [(h.doc_id, h.sparse_score)
+                sparse = [(h.doc_id, h.scores.get("sparse"))
                           for h in client.search(text, k=candidates, mode="sparse")]
                 naive = fuse(dense, sparse, weights=weights, combination=combination, k=10)
                 global_differs += [e.doc_id for e in naive] != [h.doc_id for h in s_hits]

@@ -148,7 +148,7 @@ def test_fuzzed_queries_through_retriever_search(os_client: Any,
         assert len(hits) <= 5
         for h in hits:
             assert math.isfinite(h.score)
-            assert all(s is None or math.isfinite(s) for s in (h.dense_score, h.sparse_score))
+            assert all(s is None or math.isfinite(s) for s in (h.scores.get("dense"), h.scores.get("sparse")))
 
     try:
         search()

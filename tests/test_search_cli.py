@@ -49,7 +49,8 @@ def test_format_hits_table_and_explain():
 def test_hits_json_is_plain_data():
     data = hits_json("eiffel", HITS)
     assert data["hits"][0]["explanation"]["top_tokens"][0]["token"] == "paris"
-    assert data["hits"][1]["dense_score"] is None
+    assert data["hits"][1]["scores"].get("dense") is None
+    assert "dense_score" not in data["hits"][1]  # one name per meaning: scores[leg]
 
 
 def test_weights_and_filter_arguments():

@@ -113,17 +113,17 @@ def test_dense_mode_returns_exact_inner_products(corpus: Any, retriever: Retriev
     assert [h.doc_id for h in hits] == [f"d{i:02d}" for i in np.argsort(-ip)[:10]]
     for h in hits:
         want = float(ip[int(h.doc_id[1:])])
-        assert h.dense_score == pytest.approx(want, abs=2e-6 * max(1.0, abs(want)) ** 2)
-        assert h.score == h.dense_score and h.sparse_score is None
+        assert h.scores.get("dense") == pytest.approx(want, abs=2e-6 * max(1.0, abs(want)) ** 2)
+        assert h.score == h.scores.get("dense") and h.scores.get("sparse") is None
 
 
 def test_sparse_mode_scores_are_dot_products(corpus: Any, retriever: Retriever) -> None:
     _, dots, q_sparse = exact(corpus, retriever, QUERIES[1])
     hits = retriever.search(QUERIES[1], k=10, mode="sparse")
-    assert hits and all(h.dense_score is None for h in hits)
+    assert hits and all(h.scores.get("dense") is None for h in hits)
     for h in hits:
         want = dots[int(h.doc_id[1:])]
-        assert h.sparse_score == pytest.approx(want, rel=LUCENE_FEATURE_REL_TOL)
+        assert h.scores.get("sparse") == pytest.approx(want, rel=LUCENE_FEATURE_REL_TOL)
     returned = {h.doc_id for h in hits}
     worst = min(dots[int(d[1:])] for d in returned)
     missing = [dots[i] for i in range(N_DOCS) if f"d{i:02d}" not in returned]
@@ -157,9 +157,9 @@ def test_explain_fields(corpus: Any, retriever: Retriever) -> None:
             float(ip[i]), abs=2e-6 * max(1.0, abs(float(ip[i]))) ** 2
         )
         assert e.sparse_from_tokens == pytest.approx(dots[i], rel=1e-9)
-        if e.sparse_score is not None:
-            assert e.sparse_score == pytest.approx(dots[i], rel=LUCENE_FEATURE_REL_TOL)
-            assert e.sparse_rank is not None and 0 < e.sparse_norm <= 1
+        if e.leg("sparse").engine_score is not None:
+            assert e.leg("sparse").engine_score == pytest.approx(dots[i], rel=LUCENE_FEATURE_REL_TOL)
+            assert e.leg("sparse").rank is not None and 0 < e.leg("sparse").norm <= 1
         contrib = sorted(
             ((q_sparse[k] * sparse[i][k], k) for k in q_sparse if k in sparse[i]), reverse=True
         )
@@ -307,7 +307,7 @@ def test_server_and_client_opensearch_semantics_agree(
             assert [h.score for h in s_hits] == pytest.approx([h.score for h in c_hits], rel=1e-5)
             if candidates == 8:
                 found = [
-                    (h.explanation.dense_rank, h.explanation.sparse_rank)
+                    (h.explanation.leg("dense").rank, h.explanation.leg("sparse").rank)
                     for h in server.search(text, k=8, explain=True)
                 ]
                 assert any(d is None or s is None for d, s in found)
@@ -369,12 +369,12 @@ def test_bm25_leg_server_equals_client_and_hand_fusion(
             assert [h.score for h in c_hits] == pytest.approx([h.score for h in want], rel=1e-5)
             bm25 = dict(b)
             for h in c_hits:
-                assert h.bm25_score == (pytest.approx(bm25[h.doc_id]) if h.doc_id in bm25
+                assert h.scores.get("bm25") == (pytest.approx(bm25[h.doc_id]) if h.doc_id in bm25
                                         else None)
-                assert h.explanation is not None and h.explanation.bm25_rank == (
+                assert h.explanation is not None and h.explanation.leg("bm25").rank == (
                     [doc for doc, _ in b].index(h.doc_id) + 1 if h.doc_id in bm25 else None)
     two = Retriever(bundle, os_client, index, fusion="client")
-    assert two.search(QUERIES[0], k=5, weights={"dense": 0.5, "bm25": 0.5})[0].sparse_score is None
+    assert two.search(QUERIES[0], k=5, weights={"dense": 0.5, "bm25": 0.5})[0].scores.get("sparse") is None
     body = {"size": 5, "query": {"multi_match": {"query": QUERIES[0], "fields": ["title", "text"]}}}
     want_bm25 = [(h["_id"], h["_score"])
                  for h in os_client.search(index=index, body=body)["hits"]["hits"]]

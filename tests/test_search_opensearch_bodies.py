@@ -184,9 +184,9 @@ def test_assemble_client_matches_fuse_and_paginates():
     assert [h.rank for h in got] == [1, 2, 3, 4]
     assert [h.score for h in got] == [h.score for h in expected]
     a = got[[h.doc_id for h in got].index("a")]
-    assert a.dense_score == pytest.approx(3.0) and a.sparse_score is None and a.title == "A"
+    assert a.scores.get("dense") == pytest.approx(3.0) and a.scores.get("sparse") is None and a.title == "A"
     c = next(h for h in got if h.doc_id == "c")
-    assert c.dense_score == pytest.approx(1.0 - 1.0 / 0.5)  # negative inner product recovered
+    assert c.scores.get("dense") == pytest.approx(1.0 - 1.0 / 0.5)  # negative inner product recovered
 
 
 def test_assemble_linear_normalises_inner_products():
@@ -196,7 +196,7 @@ def test_assemble_linear_normalises_inner_products():
     ips = {"a": 3.0, "b": 2.0, "c": -1.0}
     b = next(h for h in hits if h.doc_id == "b")
     assert b.score == pytest.approx(0.7 * (2.0 + 1.0) / (4.0 + 1e-8) + 0.3 * 1.0)
-    assert b.dense_score == pytest.approx(ips["b"])
+    assert b.scores.get("dense") == pytest.approx(ips["b"])
 
 
 def test_assemble_single_and_explain():
@@ -204,10 +204,10 @@ def test_assemble_single_and_explain():
     req = _req(mode="sparse", path="single", k=5, explain=True, strip_sparse=True)
     hits = assemble_single(SPARSE, q, req)
     b = hits[0]
-    assert b.score == 10.0 and b.sparse_score == 10.0 and b.dense_score is None
+    assert b.score == 10.0 and b.scores.get("sparse") == 10.0 and b.scores.get("dense") is None
     assert "lr_sparse" not in b.source and b.source["title"] == "B"
     e = b.explanation
-    assert e.sparse_rank == 1 and e.dense_rank is None and e.fused is None
+    assert e.ranks.get("sparse") == 1 and e.ranks.get("dense") is None and e.fused is None
     assert [(t.token, t.contribution) for t in e.top_tokens] == [("x", 6.0)]
     assert e.sparse_from_tokens == 6.0
     dense = assemble_single(DENSE, q, _req(mode="dense", path="single", k=1, from_=1))
@@ -219,10 +219,10 @@ def test_assemble_server_uses_server_scores_and_explains_from_parts():
     hits = assemble_server(fused, [DENSE, SPARSE], None, _req(explain=True))
     assert [(h.doc_id, h.score) for h in hits] == [("b", 0.65), ("a", 0.6)]
     e = hits[0].explanation
-    assert e.fused == 0.65 and e.dense_rank == 2 and e.sparse_rank == 1
-    assert e.leg("dense").score == pytest.approx(2.0) and e.sparse_norm == pytest.approx(1.0)
+    assert e.fused == 0.65 and e.ranks.get("dense") == 2 and e.ranks.get("sparse") == 1
+    assert e.leg("dense").score == pytest.approx(2.0) and e.norms.get("sparse") == pytest.approx(1.0)
     plain = assemble_server(fused, [], None, _req())
-    assert plain[0].explanation is None and plain[0].dense_score is None
+    assert plain[0].explanation is None and plain[0].scores.get("dense") is None
 
 
 def test_search_modules_leave_torch_out() -> None:

@@ -178,13 +178,6 @@ class BundleConfig:
                 f"the instructions {sorted(self.instructions)}"
             )
 
-    def __getattr__(self, name: str) -> Any:
-        """``<leg>_weight``: that leg's weight (the fields of bundles before the registry)."""
-        leg = name.removesuffix("_weight")
-        if name.endswith("_weight") and leg in legs.names():
-            return float(self.__dict__.get("weights", {}).get(leg, 0.0))
-        raise AttributeError(f"'BundleConfig' object has no attribute {name!r}")
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (instructions as a plain dict)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -186,16 +186,15 @@ def hits_json(query: str, hits: Sequence[Hit]) -> dict[str, Any]:
 
 
 def _hit_json(h: Hit) -> dict[str, Any]:
+    """One hit as plain data: ``scores`` {leg: score as it reads}, and with an explanation
+    ``explanation.legs`` {leg: engine_score, score, norm, rank} (one name per meaning: no
+    flat ``<leg>_score`` keys, which meant the inner product on the hit and the engine score
+    in the explanation)."""
     out = dataclasses.asdict(h)
     out["scores"] = dict(h.scores)
-    out.update({f"{name}_score": h.scores.get(name) for name in legs.names()})
     if h.explanation is not None:
         e = h.explanation
         out["explanation"]["legs"] = {name: dataclasses.asdict(e.leg(name)) for name in e.legs}
-        for name in legs.names():
-            part = e.leg(name)
-            out["explanation"].update({f"{name}_score": part.engine_score,
-                                       f"{name}_norm": part.norm, f"{name}_rank": part.rank})
     return out
 
 

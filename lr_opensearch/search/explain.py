@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from lr_opensearch import legs as leg_registry
 from lr_opensearch.bundle.keys import decode_key
 
 LUCENE_FEATURE_REL_TOL = 2.0**-8
@@ -69,9 +67,9 @@ class Explanation:
         sparse_from_tokens: sum of all token contributions (exact stored weights).
         top_tokens: the largest contributions, descending.
 
-    ``<leg>_score`` / ``<leg>_engine_score`` read the engine score, ``<leg>_norm`` /
-    ``<leg>_rank`` the fusion's (the attribute names explanations had before legs were a
-    registry; the dense inner product is ``leg("dense").score``).
+    A leg's parts are read through ``legs[name]`` (the pre-registry ``<leg>_score`` /
+    ``<leg>_norm`` / ``<leg>_rank`` attributes of this class, ``Hit``, ``FusedHit`` and
+    ``BundleConfig``'s ``<leg>_weight`` were removed on 2026-11-27: use the mappings).
     """
 
     legs: Mapping[str, LegExplanation]
@@ -86,15 +84,6 @@ class Explanation:
         """The named leg's part (all None if it was not searched)."""
         return self.legs.get(name) or LegExplanation()
 
-    def __getattr__(self, name: str) -> Any:
-        engine = name.endswith("_engine_score")
-        leg, _, what = name.removesuffix("_engine_score").rpartition("_")
-        if engine:
-            leg, what = name.removesuffix("_engine_score"), "score"
-        if what in ("score", "norm", "rank") and leg in leg_registry.names():
-            part = self.__dict__.get("legs", {}).get(leg) or LegExplanation()
-            return part.engine_score if what == "score" else getattr(part, what)
-        raise AttributeError(f"'Explanation' object has no attribute {name!r}")
 
 
 def token_contributions(

@@ -77,19 +77,6 @@ class FusedHit:
         for name in ("scores", "norms", "ranks"):
             object.__setattr__(self, name, dict(getattr(self, name)))
 
-    def __getattr__(self, name: str) -> Any:
-        return per_leg_attribute(self, name, {"score": "scores", "norm": "norms",
-                                              "rank": "ranks"})
-
-
-def per_leg_attribute(obj: Any, name: str, fields: Mapping[str, str]) -> Any:
-    """``<leg>_<what>`` read from ``obj``'s per-leg mapping ``fields[what]`` (None when the
-    leg has no entry): the attribute names results had before legs were a registry."""
-    leg, _, what = name.rpartition("_")
-    if leg in leg_registry.names() and what in fields:
-        mapping = obj.__dict__.get(fields[what]) or {}
-        return mapping.get(leg)
-    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
 def bundle_weights(config: Any) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any
 from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.adapter import DocRef, EngineHit, EngineResult
 from lr_opensearch.search.explain import Explanation, LegExplanation, token_contributions
-from lr_opensearch.search.fusion import FusionConfig, fuse_many, per_leg_attribute
+from lr_opensearch.search.fusion import FusionConfig, fuse_many
 from lr_opensearch.search.request import SearchRequest
 
 Legs = dict[str, Any]  # leg name -> a value of that leg
@@ -54,9 +54,6 @@ class Hit:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scores", dict(self.scores))
-
-    def __getattr__(self, name: str) -> Any:
-        return per_leg_attribute(self, name, {"score": "scores"})
 
     @property
     def title(self) -> str:
