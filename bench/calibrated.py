@@ -78,9 +78,9 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.calibration import Shape, calibrate
     from lr_opensearch.engine.client import make_client
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.evaluation.beir import compute_metrics, load_beir
     from lr_opensearch.evaluation.runs import default_index_name, ensure_indexed
     from lr_opensearch.options import (

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     from scale_corpus import Synthesizer, read_source
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.evaluation import load_beir
     from lr_opensearch.evaluation.runs import ensure_calibrated
     from lr_opensearch.options import DEFAULT_CANDIDATES

@@ -102,7 +102,7 @@ def latencies(retrievers: dict[str, Any], texts: list[str], rounds: int,
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.evaluation import load_beir
     from lr_opensearch.search import Retriever, connect
 

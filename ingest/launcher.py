@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.indexing.checkpoint import CheckpointFile, Counts
 from lr_opensearch.indexing.config import IngestConfig

@@ -104,8 +104,8 @@ class EncodeAndWrite:
         import torch
 
         from lr_opensearch.bundle import load_bundle
-        from lr_opensearch.engine.adapters import make_adapter
         from lr_opensearch.engine.client import connect
+        from lr_opensearch.engine.factory import make_adapter
         from lr_opensearch.indexing.documents import SparseKeys
         from lr_opensearch.model import DocEncoder
 
@@ -248,8 +248,8 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
         raise ConfigError("Ray is not installed: pip install 'lr-opensearch[ray]'") from exc
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.common import connection_kwargs
-    from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.client import connect
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.indexing.index_setup import ensure_index, index_layout
 
     started = time.perf_counter()

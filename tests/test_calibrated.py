@@ -16,7 +16,6 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 from lr_opensearch import legs
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.engine.calibration import (
     CALIBRATION_KEY,
     Shape,
@@ -26,6 +25,7 @@ from lr_opensearch.engine.calibration import (
     read_calibration,
     sample_documents,
 )
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.engine.templates import META_KEY

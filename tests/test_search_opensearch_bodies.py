@@ -207,7 +207,7 @@ def test_assemble_single_and_explain():
     assert b.score == 10.0 and b.scores.get("sparse") == 10.0 and b.scores.get("dense") is None
     assert "lr_sparse" not in b.source and b.source["title"] == "B"
     e = b.explanation
-    assert e.ranks.get("sparse") == 1 and e.ranks.get("dense") is None and e.fused is None
+    assert e.leg("sparse").rank == 1 and e.leg("dense").rank is None and e.fused is None
     assert [(t.token, t.contribution) for t in e.top_tokens] == [("x", 6.0)]
     assert e.sparse_from_tokens == 6.0
     dense = assemble_single(DENSE, q, _req(mode="dense", path="single", k=1, from_=1))
@@ -219,8 +219,8 @@ def test_assemble_server_uses_server_scores_and_explains_from_parts():
     hits = assemble_server(fused, [DENSE, SPARSE], None, _req(explain=True))
     assert [(h.doc_id, h.score) for h in hits] == [("b", 0.65), ("a", 0.6)]
     e = hits[0].explanation
-    assert e.fused == 0.65 and e.ranks.get("dense") == 2 and e.ranks.get("sparse") == 1
-    assert e.leg("dense").score == pytest.approx(2.0) and e.norms.get("sparse") == pytest.approx(1.0)
+    assert e.fused == 0.65 and e.leg("dense").rank == 2 and e.leg("sparse").rank == 1
+    assert e.leg("dense").score == pytest.approx(2.0) and e.leg("sparse").norm == pytest.approx(1.0)
     plain = assemble_server(fused, [], None, _req())
     assert plain[0].explanation is None and plain[0].scores.get("dense") is None
 

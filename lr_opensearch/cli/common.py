@@ -106,7 +106,7 @@ def bundle_path(args: argparse.Namespace, client: Any = None) -> str:
     if not getattr(args, "index", None):
         raise ConfigError("give --bundle DIR (or --index NAME of an index made by lr-opensearch)")
     from lr_opensearch.bundle.store import bundle_of_index
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     adapter = make_adapter(client if client is not None else client_from_args(args))
     metas = [m.get("_meta", {}).get("lightretriever", {})

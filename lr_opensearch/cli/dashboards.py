@@ -19,7 +19,7 @@ from lr_opensearch.errors import ConfigError
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from lr_opensearch.dashboards.saved_objects import check_references, saved_objects, to_ndjson
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     quiet_transport(args)
     adapter = make_adapter(client_from_args(args))

@@ -21,8 +21,8 @@ from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
 
 def _cmd_create(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.client import cluster_capabilities
+    from lr_opensearch.engine.factory import make_adapter
 
     bundle = load_bundle(args.bundle)
     client = client_from_args(args)
@@ -56,7 +56,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
 def index_info(client: Any, index: str) -> dict[str, Any]:
     """Summary of an index: LightRetriever _meta, doc count, size, dense field settings."""
 
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     adapter = make_adapter(client)
     mapping = adapter.index_mapping(index)
@@ -108,7 +108,7 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
     (open / closed), format, bundle id, document count (None when closed), and the bundle's
     directory on this machine (None: not here)."""
     from lr_opensearch.bundle.store import bundle_of_index
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.engine.templates import META_KEY
     from lr_opensearch.errors import ConfigError
 
@@ -152,7 +152,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     if args.yes != args.index:
         raise EngineError(f"refusing to delete {args.index!r}: repeat its name with "
                           f"--yes {args.index}")
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     make_adapter(client_from_args(args)).delete_index(args.index)
     print(f"deleted index {args.index}")
@@ -162,8 +162,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.common import bundle_path
-    from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.calibration import Shape, calibrate
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
 
     client = client_from_args(args)

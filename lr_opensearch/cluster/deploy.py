@@ -31,7 +31,7 @@ from lr_opensearch.cluster.export import (
 )
 from lr_opensearch.cluster.requests import CLUSTER_KEY
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
-from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
 from lr_opensearch.engine.templates import render_hybrid_pipeline
 from lr_opensearch.legs import fusion_config

@@ -99,7 +99,7 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
 
     Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
     """
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     adapter = make_adapter(client)
     if adapter.index_exists(index):
@@ -127,8 +127,8 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
 def ensure_calibrated(client: Any, bundle: Bundle, index: str) -> None:
     """Calibrate ``index`` if its ``_meta`` holds no calibration (an index ingested before
     calibrations existed)."""
-    from lr_opensearch.engine.adapters import make_adapter
     from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate
+    from lr_opensearch.engine.factory import make_adapter
 
     adapter = make_adapter(client)
     if not adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY):
@@ -299,7 +299,7 @@ def evaluate(
     indexing = ensure_indexed(client, dataset, bundle, index, config.url)
     if CALIBRATED_RUN in config.runs:
         ensure_calibrated(client, bundle, index)
-    from lr_opensearch.engine.adapters import client_engine
+    from lr_opensearch.engine.factory import client_engine
     from lr_opensearch.instructions import dataset_instruction
 
     table, how = dataset_instruction(bundle.instructions, dataset.name, config.instruction)

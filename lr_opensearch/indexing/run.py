@@ -84,7 +84,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
         check_device(config.device)
     bundle = load_bundle(config.bundle)
     _fit_hint(bundle, config)
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     prepare_state_dir(config)
     with resumable(config):
@@ -110,7 +110,7 @@ def preflight(config: IngestConfig, *, client: Any = None) -> None:
     Raises:
         ConfigError, CorpusError, IndexRefusedError, IngestError: as ``run`` would.
     """
-    from lr_opensearch.engine.adapters import make_adapter
+    from lr_opensearch.engine.factory import make_adapter
 
     from .index_setup import check_target, check_writable
 

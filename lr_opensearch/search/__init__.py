@@ -15,8 +15,8 @@ Never imports torch or transformers.
 
 from __future__ import annotations
 
-from lr_opensearch.engine.adapters import make_adapter
 from lr_opensearch.engine.client import connect, make_client
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.legs import FusionConfig, fusion_config
 from lr_opensearch.search.fusion import FusedHit, fuse, fuse_many
 from lr_opensearch.search.hits import Hit

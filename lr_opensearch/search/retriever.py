@@ -22,7 +22,7 @@ import numpy as np
 
 from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.adapter import EngineResult, merge_shards
-from lr_opensearch.engine.adapters import make_adapter
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError
