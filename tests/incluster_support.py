@@ -10,10 +10,12 @@ returns what a search needs. No doc encoder, no torch.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ from tokenizers import Tokenizer
 
 from lr_opensearch.bundle import BundleConfig, load_bundle, save_bundle
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.node import NodeConfig, install, start_node
+from lr_opensearch.errors import LRError
+from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.packaged import packaged_model_dir
 from lr_opensearch.query import QueryEncoder
 
@@ -37,6 +40,21 @@ def start_ml_node(node_dir: Path, heap: str = "1g") -> NodeConfig:
                         heap=heap, cluster_name="lr-test-ml")
     start_node(config, install(ml=True), timeout=300)
     return config
+
+
+@contextlib.contextmanager
+def running_ml_node(node_dir: Path, what: str) -> Iterator[NodeConfig]:
+    """An ml-commons node for ``what`` (the tests FAIL when it cannot start), stopped after."""
+    import pytest
+
+    try:
+        config = start_ml_node(node_dir)
+    except LRError as exc:
+        pytest.fail(f"no ml-commons node for {what}: {exc}", pytrace=False)
+    try:
+        yield config
+    finally:
+        stop_node(node_dir, timeout=60)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from incluster_support import collection_index, ndcg10, start_ml_node
+from incluster_support import collection_index, ndcg10, running_ml_node
 from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
@@ -33,7 +33,7 @@ from lr_opensearch.cluster import (
 )
 from lr_opensearch.cluster.deploy import ensure_model
 from lr_opensearch.engine.client import make_client
-from lr_opensearch.errors import EngineError, LRError
+from lr_opensearch.errors import EngineError
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.query import QueryEncoder
 from lr_opensearch.search import Retriever
@@ -46,15 +46,8 @@ QUERIES = ["The capital of France is Paris.", "naïve café über don't",
 
 @pytest.fixture(scope="module")
 def ml_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeConfig]:
-    node_dir = tmp_path_factory.mktemp("ml-node")
-    try:
-        config = start_ml_node(node_dir)
-    except LRError as exc:
-        pytest.fail(f"no ml-commons node for the in-cluster tests: {exc}", pytrace=False)
-    try:
+    with running_ml_node(tmp_path_factory.mktemp("ml-node"), "the in-cluster tests") as config:
         yield config
-    finally:
-        stop_node(node_dir, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -36,16 +36,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from incluster_support import collection_index, ndcg10, read_jsonl, start_ml_node
+from incluster_support import collection_index, ndcg10, read_jsonl, running_ml_node
 from ingest_support import REPO, data_dir
 
 from lr_opensearch.bundle import Bundle, load_bundle
 from lr_opensearch.cluster import export_dense, mlapi
 from lr_opensearch.engine.client import make_client
-from lr_opensearch.errors import LRError
 from lr_opensearch.indexing import ConnectionConfig, IngestConfig
 from lr_opensearch.indexing.run import run
-from lr_opensearch.node import NodeConfig, stop_node
+from lr_opensearch.node import NodeConfig
 from lr_opensearch.options import DEFAULT_CANDIDATES
 from lr_opensearch.query import QueryEncoder
 from lr_opensearch.search import Retriever
@@ -75,15 +74,8 @@ def _lr_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
 
 @pytest.fixture(scope="module")
 def ml_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeConfig]:
-    node_dir = tmp_path_factory.mktemp("real-ml-node")
-    try:
-        config = start_ml_node(node_dir)
-    except LRError as exc:
-        pytest.fail(f"no ml-commons node for the real-bundle tests: {exc}", pytrace=False)
-    try:
+    with running_ml_node(tmp_path_factory.mktemp("real-ml-node"), "the real-bundle tests") as config:
         yield config
-    finally:
-        stop_node(node_dir, timeout=60)
 
 
 @pytest.fixture(scope="module")
