@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.errors import IndexRefusedError, IngestError
+from lr_opensearch.errors import EngineError, IndexRefusedError, IngestError
 
 from .checkpoint import FAILED, INDEXED, Watermark
 from .config import DEFAULT_MAX_CHUNK_BYTES, RetryPolicy
@@ -180,6 +180,10 @@ class BulkWriter:
         if self.error is not None:
             if isinstance(self.error, IngestError):
                 raise self.error
+            if isinstance(self.error, EngineError):  # no answer after a chunk (its checks)
+                raise IngestError(f"{self.error}. Nothing acknowledged is lost: once the cluster "
+                                  "answers, rerun the same command to resume (index "
+                                  f"{self.index!r})") from self.error
             raise IngestError(f"the bulk writer for index {self.index!r} failed: "
                               f"{type(self.error).__name__}: {self.error}") from self.error
 
