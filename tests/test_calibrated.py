@@ -30,6 +30,7 @@ from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import LegContext
 from lr_opensearch.legs.builtin import heaviest
 from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
 from lr_opensearch.search import Retriever
@@ -276,8 +277,8 @@ def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
     from lr_opensearch.cluster.requests import text_sub_queries
 
     record = {"models": {"dense": "D", "sparse": "S"}}
-    sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"], k=20,
-                           text_fields=("text",))
+    sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
+                           LegContext(k=20, text_fields=("text",)))
     body = OpenSearchAdapter(None).calibrated_body(sub, [0.5, 0.1, 0.25], size=10)
     neural, sparse, match = body["query"]["bool"]["should"]
     assert neural == {"neural": {"lr_dense": {"query_text": "heat flow", "k": 20,
@@ -310,7 +311,7 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
     want = adapter.calibrated_body(
-        text_sub_queries(record, text, record["legs"], k=50, text_fields=("text",)),
+        text_sub_queries(record, text, record["legs"], LegContext(k=50, text_fields=("text",))),
         [boosts[n] for n in record["legs"]], size=10,
         source={"excludes": ["lr_dense", "lr_sparse"]})
     assert rendered == want

@@ -91,7 +91,8 @@ def test_filter_clauses_and_pipeline_names():
     )
     with pytest.raises(ConfigError, match="filter must be"):
         filter_clauses("lang:en")  # type: ignore[arg-type]
-    assert pipeline_name(fusion_config()) == "lr-hybrid-min_max-arithmetic_mean-7000-3000"
+    assert pipeline_name(fusion_config((0.7, 0.3))) == "lr-hybrid-min_max-arithmetic_mean-7000-3000"
+    assert pipeline_name(fusion_config()) == "lr-hybrid-min_max-arithmetic_mean-4000-2000-4000"
     assert (
         pipeline_name(fusion_config((0.5, 0.5), combination="rrf", rank_constant=10))
         == "lr-hybrid-rrf-10-5000-5000"
@@ -154,7 +155,7 @@ def test_token_contributions_decode_keys_and_sort():
 def _req(**kw):
     """A resolved request: the SearchOptions fields (k, from_, mode, explain) and the
     resolved ones (path, config, source, strip_sparse, timeout)."""
-    resolved = dict(path="client", config=fusion_config(), source=None, strip_sparse=False,
+    resolved = dict(path="client", config=fusion_config((0.7, 0.3)), source=None, strip_sparse=False,
                     timeout=None)
     resolved.update({key: kw.pop(key) for key in list(kw) if key in resolved})
     options = SearchOptions(**{"k": 2, **kw})
@@ -175,8 +176,8 @@ SPARSE = EngineResult(
 
 def test_assemble_client_matches_fuse_and_paginates():
     expected = fuse(
-        [(h.doc_id, h.score) for h in DENSE.hits], [(h.doc_id, h.score) for h in SPARSE.hits]
-    )
+        [(h.doc_id, h.score) for h in DENSE.hits], [(h.doc_id, h.score) for h in SPARSE.hits],
+        weights=(0.7, 0.3))
     page1 = assemble_client([DENSE, SPARSE], None, _req(k=2))
     page2 = assemble_client([DENSE, SPARSE], None, _req(k=2, from_=2))
     got = page1 + page2
@@ -191,7 +192,7 @@ def test_assemble_client_matches_fuse_and_paginates():
 
 def test_assemble_linear_normalises_inner_products():
     hits = assemble_client(
-        [DENSE, SPARSE], None, _req(k=4, config=fusion_config(semantics="linear"))
+        [DENSE, SPARSE], None, _req(k=4, config=fusion_config((0.7, 0.3), semantics="linear"))
     )
     ips = {"a": 3.0, "b": 2.0, "c": -1.0}
     b = next(h for h in hits if h.doc_id == "b")

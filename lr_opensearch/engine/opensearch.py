@@ -69,12 +69,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-def pipeline_name(config: FusionConfig) -> str:
-    """A deterministic search-pipeline id per fusion settings, e.g. lr-hybrid-min_max-arithmetic_mean-7000-3000."""
+def pipeline_name(config: FusionConfig, prefix: str = "lr-hybrid") -> str:
+    """A deterministic search-pipeline id per fusion settings, e.g.
+    ``lr-hybrid-min_max-arithmetic_mean-4000-2000-4000`` (``prefix`` first)."""
     legs = "-".join(str(int(round(w * 10_000))) for w in config.leg_weights)
     if config.combination == "rrf":
-        return f"lr-hybrid-rrf-{config.rank_constant}-{legs}"
-    return f"lr-hybrid-{config.normalization}-{config.combination}-{legs}"
+        return f"{prefix}-rrf-{config.rank_constant}-{legs}"
+    return f"{prefix}-{config.normalization}-{config.combination}-{legs}"
 
 
 class OpenSearchAdapter(EngineAdapter):
@@ -218,15 +219,17 @@ class OpenSearchAdapter(EngineAdapter):
 
     def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
-                    timeout: str | None = None) -> dict[str, Any]:
+                    timeout: str | None = None, inline_pipeline: bool = True) -> dict[str, Any]:
         """One search body: the ``hybrid`` query of the legs with its normalization
         pipeline inline; ``per_leg`` > ``size`` becomes the hybrid query's
-        ``pagination_depth`` (hits each sub-query collects per shard)."""
+        ``pagination_depth`` (hits each sub-query collects per shard). ``inline_pipeline``
+        False leaves the pipeline out: the index's default search pipeline fuses (the
+        text-only body of in-cluster encoding, whose pipeline also names the models)."""
         query = self.hybrid_query(*legs)
         if per_leg is not None and per_leg > size:
             query["hybrid"]["pagination_depth"] = int(per_leg)
         return self.body(query, size=size, source=source, timeout=timeout,
-                         pipeline=self.hybrid_pipeline(config))
+                         pipeline=self.hybrid_pipeline(config) if inline_pipeline else None)
 
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         """The normalization search pipeline for these fusion settings, sent inline.

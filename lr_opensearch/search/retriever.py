@@ -133,8 +133,6 @@ class Retriever:
         self.input_encoders = dict(input_encoders or {})
         self.encode = choice("query encoding", encode, ENCODINGS)
         self.cluster: dict[str, Any] | None = None
-        if self.encode == "cluster":
-            self.cluster = self._cluster_record(client, index)
         self._told: set[str] = set()
         self._shards: int | None = None
         self._documents: int | None = None
@@ -142,10 +140,10 @@ class Retriever:
         from lr_opensearch.search.rerank import as_stage
 
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
-        if check_bundle:
-            self.adapter.check_bundle(index, bundle)
-            layout = getattr(self.adapter, "sparse_layout", None)
-            if self.cluster is not None and layout == SPARSE_VECTOR:
+        meta = self.adapter.check_bundle(index, bundle) if check_bundle else None
+        if self.encode == "cluster":  # the same _meta read serves both (one mapping read)
+            self.cluster = self._cluster_record(index, meta)
+            if check_bundle and getattr(self.adapter, "sparse_layout", None) == SPARSE_VECTOR:
                 raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} "
                                   "(token ids), which the in-cluster query models do not "
                                   "write; search it with encode='client'")
@@ -461,9 +459,8 @@ class Retriever:
             from lr_opensearch.cluster.requests import text_sub_queries
 
             assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
-            return [tuple(text_sub_queries(self.cluster, text, req.legs, k=ctx.k,
-                                           filter=ctx.filter, ef_search=ctx.ef_search,
-                                           adapter=self.adapter, text_fields=ctx.text_fields))
+            return [tuple(text_sub_queries(self.cluster, text, req.legs, ctx,
+                                           adapter=self.adapter))
                     for text in inputs[QUERY_TEXT][:n]]
         built = [leg_registry.get(name) for name in req.legs]
         return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
@@ -523,16 +520,17 @@ class Retriever:
         n = len(req.legs)
         return [flat[i * n : (i + 1) * n] for i in range(len(sub))]
 
-    def _cluster_record(self, client: Any, index: str) -> dict[str, Any]:
-        """The index's in-cluster model record, its models checked to be served."""
+    def _cluster_record(self, index: str, meta: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The index's in-cluster model record (from ``meta``, its ``_meta.lightretriever``
+        when already read), its models checked to be served."""
         from lr_opensearch.cluster.requests import check_serving, cluster_meta
 
         if not isinstance(self.adapter, OpenSearchAdapter):
             raise ConfigError(f"encode='cluster' needs OpenSearch with ml-commons; this cluster "
                               f"is {self.adapter.engine} (docs/IN_CLUSTER.md says what "
                               "Elasticsearch offers)")
-        record = cluster_meta(client, index)
-        check_serving(client, record, index)
+        record = cluster_meta(self.adapter, index, meta)
+        check_serving(self.adapter.client, record, index)
         return record
 
     def _run_server(
