@@ -138,11 +138,11 @@ def test_calibration_is_recorded_with_how_it_was_measured(
     record = read_calibration(adapter, index)
     assert record.to_meta() == meta[CALIBRATION_KEY]
     assert {"dense", "sparse", "bm25", f"sparse@{CALIBRATED_SPARSE_TOKENS}",
-            "bm25@text"} <= set(record.legs)
+            "bm25@text"} <= set(record.scales)
     m = record.method
     assert m["sampled_documents"] == N_DOCS and m["documents"] == N_DOCS
     assert m["pseudo_queries"] > N_DOCS and m["bundle_id"] == bundle.bundle_id
-    for leg in record.legs.values():
+    for leg in record.scales.values():
         assert leg.queries > 0 and leg.top1_mean >= leg.top10_mean > 0.0
 
 
@@ -158,8 +158,8 @@ def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, engine
                 score_from_inner_product(hits[0].scores[leg])
                 for hits in r.search(texts, k=1, mode=leg, **over) if hits]
         key = "bm25@text" if leg == "bm25" else leg
-        assert calibrated.legs[key].top1_mean == pytest.approx(statistics.fmean(tops), rel=1e-5)
-        assert calibrated.legs[key].queries == len(tops)
+        assert calibrated.scales[key].top1_mean == pytest.approx(statistics.fmean(tops), rel=1e-5)
+        assert calibrated.scales[key].queries == len(tops)
 
 
 def test_one_query_scores_are_the_boosted_sum_of_the_legs(
@@ -268,7 +268,7 @@ def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: 
                  "--sample-docs", "10", "--sparse-tokens", "3"]) == 0
     text = capsys.readouterr().out
     assert "sparse@3" in text and "bm25@text" in text
-    assert "sparse@3" in read_calibration(make_adapter(engine_client), index).legs
+    assert "sparse@3" in read_calibration(make_adapter(engine_client), index).scales
 
 
 def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:

@@ -224,3 +224,26 @@ def test_the_meta_key_is_spelled_once() -> None:
     assert not bad, f"{META_KEY!r} spelled outside {META_HOME.relative_to(REPO)}: {bad}"
     assert meta_key_spellings('"""lightretriever"""\nx = m["lightretriever"]\n', META_KEY) == \
         ["<src>:1", "<src>:2"]
+
+
+def legs_shadowing(source: str, where: str = "<src>") -> list[str]:
+    """Parameters and assignments named ``legs`` in a module that imports the ``legs``
+    module (the name then means two things in one file)."""
+    tree = ast.parse(source)
+    imports_it = any(isinstance(n, ast.ImportFrom) and n.module == "lr_opensearch"
+                     and any(a.name == "legs" and a.asname is None for a in n.names)
+                     for n in ast.walk(tree))
+    if not imports_it:
+        return []
+    return [f"{where}:{n.lineno}" for n in ast.walk(tree)
+            if (isinstance(n, ast.arg) and n.arg == "legs")
+            or (isinstance(n, ast.Name) and n.id == "legs" and isinstance(n.ctx, ast.Store))]
+
+
+def test_the_legs_module_is_not_shadowed() -> None:
+    bad = [hit for pkg in PACKAGES for path in sorted((REPO / pkg).rglob("*.py"))
+           for hit in legs_shadowing(path.read_text(), str(path.relative_to(REPO)))]
+    assert not bad, f"'legs' rebound where the legs module is imported: {bad}"
+    assert legs_shadowing("from lr_opensearch import legs\ndef f(legs): legs = 1\n") == \
+        ["<src>:2", "<src>:2"]
+    assert legs_shadowing("def f(legs): pass\n") == []

@@ -181,7 +181,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrated {args.index} on {cal.method['pseudo_queries']} pseudo-queries of "
           f"{cal.method['sampled_documents']} documents (seed {args.seed}; recorded in its "
           f"_meta): leg, top-1 mean / median, top-10 mean")
-    for key, leg in cal.legs.items():
+    for key, leg in cal.scales.items():
         print(f"  {key:<16} {leg.top1_mean:10.4g} {leg.top1_median:10.4g} {leg.top10_mean:10.4g}")
     return 0
 

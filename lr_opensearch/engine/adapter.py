@@ -219,7 +219,7 @@ class EngineAdapter:
         for a target of ``documents`` documents (None: fuse on the server)."""
         return None
 
-    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+    def hybrid_body(self, sub_queries: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body that the cluster fuses (only when the blocker says None):
@@ -293,14 +293,14 @@ class EngineAdapter:
             return [c for q in should for c in self.boosted_clauses(q, inner, filter)]
         return whole
 
-    def calibrated_body(self, legs: Sequence[Mapping[str, Any]], boosts: Sequence[float], *,
+    def calibrated_body(self, sub_queries: Sequence[Mapping[str, Any]], boosts: Sequence[float], *,
                         size: int, filter: Filter = None, source: Any = None,
                         timeout: str | None = None) -> dict[str, Any]:
         """One ``bool`` of the legs' clauses, each boosted (``boosts``: weight / the leg's
         calibrated scale, in leg order), the filter applied once, ``size`` hits: the
         ``calibrated`` fusion's one search (no pipeline, no candidates)."""
         flt = filter_clauses(filter)
-        should = [c for q, b in zip(legs, boosts, strict=True)
+        should = [c for q, b in zip(sub_queries, boosts, strict=True)
                   for c in self.boosted_clauses(q, b, flt)]
         query: dict[str, Any] = {"bool": {"should": should, "minimum_should_match": 1}}
         if flt:

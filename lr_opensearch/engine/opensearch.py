@@ -72,10 +72,10 @@ logger = logging.getLogger(__name__)
 def pipeline_name(config: FusionConfig, prefix: str = "lr-hybrid") -> str:
     """A deterministic search-pipeline id per fusion settings, e.g.
     ``lr-hybrid-min_max-arithmetic_mean-4000-2000-4000`` (``prefix`` first)."""
-    legs = "-".join(str(int(round(w * 10_000))) for w in config.leg_weights)
+    tag = "-".join(str(int(round(w * 10_000))) for w in config.leg_weights)
     if config.combination == "rrf":
-        return f"{prefix}-rrf-{config.rank_constant}-{legs}"
-    return f"{prefix}-{config.normalization}-{config.combination}-{legs}"
+        return f"{prefix}-rrf-{config.rank_constant}-{tag}"
+    return f"{prefix}-{config.normalization}-{config.combination}-{tag}"
 
 
 class OpenSearchAdapter(EngineAdapter):
@@ -156,9 +156,9 @@ class OpenSearchAdapter(EngineAdapter):
         clauses = filter_clauses(filter)
         return {"bool": {"must": [query], "filter": clauses}} if clauses else query
 
-    def hybrid_query(self, *legs: Mapping[str, Any]) -> dict[str, Any]:
+    def hybrid_query(self, *sub_queries: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side hybrid of the legs' sub-queries (filters are inside each)."""
-        return {"hybrid": {"queries": [dict(q) for q in legs]}}
+        return {"hybrid": {"queries": [dict(q) for q in sub_queries]}}
 
     # ---- cluster -------------------------------------------------------------------
     def capabilities(self) -> Any:
@@ -217,7 +217,7 @@ class OpenSearchAdapter(EngineAdapter):
                 "query scores every match of every leg (no skipping before "
                 f"{'.'.join(map(str, HYBRID_SKIPS_FROM))}); each leg searched alone skips")
 
-    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+    def hybrid_body(self, sub_queries: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None, inline_pipeline: bool = True) -> dict[str, Any]:
         """One search body: the ``hybrid`` query of the legs with its normalization
@@ -225,7 +225,7 @@ class OpenSearchAdapter(EngineAdapter):
         ``pagination_depth`` (hits each sub-query collects per shard). ``inline_pipeline``
         False leaves the pipeline out: the index's default search pipeline fuses (the
         text-only body of in-cluster encoding, whose pipeline also names the models)."""
-        query = self.hybrid_query(*legs)
+        query = self.hybrid_query(*sub_queries)
         if per_leg is not None and per_leg > size:
             query["hybrid"]["pagination_depth"] = int(per_leg)
         return self.body(query, size=size, source=source, timeout=timeout,

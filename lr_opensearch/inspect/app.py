@@ -15,7 +15,6 @@ the page shows the message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
