@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.engine.adapter import EngineHit, EngineResult, filter_clauses, parse_response
+from lr_opensearch.engine.clauses import filter_clauses
 from lr_opensearch.engine.opensearch import OpenSearchAdapter, pipeline_name
+from lr_opensearch.engine.results import EngineHit, EngineResult, parse_response
 from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import fusion_config
@@ -254,7 +255,7 @@ def test_search_modules_leave_torch_out() -> None:
 def test_the_bm25_clause_keeps_at_most_its_term_limit():
     """The BM25 text is cut by analysed terms, not by whitespace words: a hyphenated word is
     several terms, an unspaced CJK run one term per ideograph, an emoji one term."""
-    from lr_opensearch.engine.adapter import TEXT_QUERY_MAX_TERMS, text_query_cut
+    from lr_opensearch.engine.clauses import TEXT_QUERY_MAX_TERMS, text_query_cut
 
     limit = TEXT_QUERY_MAX_TERMS
     exact = " ".join(f"w{i}" for i in range(limit))

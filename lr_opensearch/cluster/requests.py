@@ -22,7 +22,8 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.cluster import mlapi
-from lr_opensearch.engine.adapter import EngineAdapter, Filter
+from lr_opensearch.engine.adapter import EngineAdapter
+from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import LegContext, fusion_config

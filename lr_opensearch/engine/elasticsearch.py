@@ -33,15 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from elasticsearch import ApiError, TransportError
 
-from lr_opensearch.engine.adapter import (
-    DENSE_FIELD,
-    SPARSE_FIELD,
-    EngineAdapter,
-    Filter,
-    filter_clauses,
-    rank_feature_clauses,
-    vector_list,
-)
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.clauses import Filter, filter_clauses, rank_feature_clauses, vector_list
 from lr_opensearch.engine.seismic import RANK_FEATURES, check_layout
 from lr_opensearch.engine.templates import render_es_index_body
 from lr_opensearch.errors import ConfigError, EngineError

@@ -32,17 +32,15 @@ import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import (
-    DENSE_FIELD,
-    SPARSE_FIELD,
-    EngineAdapter,
-    EngineResult,
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.clauses import (
     Filter,
     filter_clauses,
     one_filter,
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.engine.results import EngineResult
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
     COMPANION_SUFFIX,

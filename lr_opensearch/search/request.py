@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import Filter
 from lr_opensearch.engine.calibration import Shape
+from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig

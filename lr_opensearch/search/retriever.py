@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch import legs as leg_registry
-from lr_opensearch.engine.adapter import EngineResult, merge_shards
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.results import EngineResult, merge_shards
 from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import (
