@@ -50,6 +50,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
             trained per-token table as it is.
     """
     from lr_opensearch.bundle.build import build_bundle_from_model
+    from lr_opensearch.bundle.fit import FitRecipe
 
     merge_lora(model)
     model.eval()
@@ -61,7 +62,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
         default_instruction=export.default_instruction,
         max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
         batch_size=export.batch_size, overwrite=overwrite, progress=progress,
-        fit_corpora=fit_corpora, **extra)
+        fit=FitRecipe(corpora=tuple(fit_corpora)), **extra)
     logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
     return path
 

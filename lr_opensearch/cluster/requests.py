@@ -25,6 +25,7 @@ from lr_opensearch.cluster import mlapi
 from lr_opensearch.engine.adapter import EngineAdapter
 from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import LegContext, fusion_config
 
@@ -44,6 +45,24 @@ def cluster_meta(adapter: EngineAdapter, index: str,
         raise EngineError(f"index {index!r} has no in-cluster query models; run `lr models deploy "
                           f"--bundle BUNDLE --index {index}` first, or search without --in-cluster")
     return dict(record)
+
+
+def serving_record(adapter: EngineAdapter, index: str,
+                   meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a text-only search of ``index`` needs: its in-cluster record (from ``meta``, its
+    ``_meta.lightretriever``, when already read), every model of it served, and an index
+    whose sparse field the cluster's sparse model writes (not the ``sparse_vector`` layout,
+    keyed by token id; the adapter knows the layout once ``check_bundle`` has read it)."""
+    if not isinstance(adapter, OpenSearchAdapter):
+        raise ConfigError(f"encode='cluster' needs OpenSearch with ml-commons; this cluster is "
+                          f"{adapter.engine} (docs/IN_CLUSTER.md says what Elasticsearch offers)")
+    record = cluster_meta(adapter, index, meta)
+    check_serving(adapter.client, record, index)
+    if adapter.sparse_layout == SPARSE_VECTOR:
+        raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} (token "
+                          "ids), which the in-cluster query models do not write; search it "
+                          "with encode='client'")
+    return record
 
 
 def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
