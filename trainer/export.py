@@ -22,7 +22,8 @@ from typing import Any
 
 from lr_opensearch.errors import LRError
 from trainer.checkpoint import load_weights, read_config, resolve_checkpoint
-from trainer.config import TrainConfig, config_from_dict, format_instruction, parse_override
+from trainer.config import TrainConfig, config_from_dict, format_instruction
+from trainer.config_io import parse_override
 from trainer.lora import merge_lora
 
 logger = logging.getLogger(__name__)
