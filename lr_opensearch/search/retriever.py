@@ -434,4 +434,4 @@ class Retriever:
         return out
 
 
-__all__ = ["Hit", "Retriever", "SearchOptions", "make_adapter"]
+__all__ = ["Retriever"]
