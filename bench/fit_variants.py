@@ -15,7 +15,13 @@ measured on the same train judgments. Never use a test split to choose (``--repo
 test`` scores the same tables for a report). Variants: ``ridge`` (the library's default),
 ``e0`` (the unfitted table as the prior), ``mapped[:N]`` (two full fits), ``generic`` /
 ``genmix[:w]`` (keyword lists of vocabulary words as a prior / mixed in), ``idf[:p]``
-(IDF^p-weighted mean), ``distill`` (the default, then the listwise step).
+(IDF^p-weighted mean), ``distill`` (the default, then the listwise step), ``pairs[:N]``
+(issue 37: extra rows for the N adjacent token pairs in most corpus documents, at least 2,
+fitted jointly with the token rows; a text's vector is the mean over its tokens' rows and
+its known pairs' rows; a pair row's prior is the mean of its two tokens' prior rows),
+``tokw[:PxK]`` (issue 37: a learned weight per token in the mean, started at IDF^P, K
+rounds of "weights by gradient steps with the table fixed, then the table refitted").
+``--small`` makes the pseudo-queries' full-model vectors of the whole corpus unnecessary.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parse
 
 from lr_opensearch.bundle.fit import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
 from lr_opensearch.bundle.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
-from lr_opensearch.bundle.ridge import fit_table, token_bags  # noqa: E402
+from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags  # noqa: E402
 from lr_opensearch.evaluation.beir import iter_jsonl, load_beir  # noqa: E402
 from lr_opensearch.instructions import document_text  # noqa: E402
 
@@ -60,10 +66,107 @@ def linear_map(e0: np.ndarray, table: np.ndarray, rows: np.ndarray, lam: float =
     return (np.hstack([e0, np.ones((len(e0), 1))]) @ m).astype(np.float32)
 
 
-def run_variant(name: str, ctx: dict[str, Any]) -> np.ndarray:
-    """The fitted table of a variant; its query side is ``ctx['qbags'](weights)``."""
+def adjacent_pairs(flat: np.ndarray, lengths: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """(owner [M], code [M]) of every adjacent token pair inside one text: code = a * V + b."""
+    flat = np.asarray(flat, np.int64)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    inside = owner[:-1] == owner[1:]
+    return owner[:-1][inside], (flat[:-1] * vocab + flat[1:])[inside]
+
+
+def pair_keys(doc_flat: np.ndarray, doc_lengths: np.ndarray, vocab: int, n: int, min_df: int = 2) -> np.ndarray:
+    """Sorted codes of the ``n`` adjacent pairs in most documents (those in >= ``min_df`` only)."""
+    owner, code = adjacent_pairs(doc_flat, doc_lengths, vocab)
+    codes, df = np.unique(np.unique(owner * vocab * vocab + code) % (vocab * vocab), return_counts=True)
+    top = np.argsort(-df, kind="stable")[:n]
+    top = top[df[top] >= min_df]
+    logger.info("pairs: %d distinct, %d in >= %d documents, kept %d (df >= %d)", len(codes),
+                int(np.sum(df >= min_df)), min_df, len(top), int(df[top].min()) if len(top) else 0)
+    return np.sort(codes[top])
+
+
+def pair_bags(flat: np.ndarray, lengths: np.ndarray, vocab: int, keys: np.ndarray | None) -> sp.csr_matrix:
+    """[n, V + P] bags whose row i is the mean over text i's tokens and its known pairs (pair k
+    is column V + k); the plain token bags when ``keys`` is None."""
+    if keys is None:
+        return token_bags(flat, lengths, vocab)
+    owner, code = adjacent_pairs(flat, lengths, vocab)
+    at = np.minimum(np.searchsorted(keys, code), len(keys) - 1)
+    known = keys[at] == code
+    owners = np.concatenate([np.repeat(np.arange(len(lengths), dtype=np.int64), lengths), owner[known]])
+    ids = np.concatenate([np.asarray(flat, np.int64), vocab + at[known]])
+    order = np.argsort(owners, kind="stable")
+    return token_bags(ids[order], np.bincount(owners, minlength=len(lengths)), vocab + len(keys))
+
+
+def fit_token_weights(table: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, wts: np.ndarray,
+                      a: np.ndarray, steps: int = 30, mu: float = 0.01) -> np.ndarray:
+    """Per-token weights of the mean, ``q_i = sum_t B_it a_t E_t / sum_t B_it a_t``, with the
+    table E fixed: gradient descent on u = log a (backtracking step) of the row-weighted squared
+    error plus ``mu * mean (u - u_start)^2`` over the rows the texts use."""
+    e, f, w2 = table.astype(np.float64), np.asarray(targets, np.float64), np.asarray(wts, np.float64) ** 2
+    bt = bags.T.tocsr()
+    used = np.diff(bags.tocsc().indptr) > 0
+    u0 = np.log(a)
+    u = u0.copy()
+
+    def loss_grad(u: np.ndarray, grad: bool) -> tuple[float, np.ndarray | None]:
+        a = np.exp(u)
+        s = bags @ a
+        q = (bags @ (e * a[:, None])) / s[:, None]
+        r = q - f
+        loss = float(w2 @ np.einsum("ij,ij->i", r, r)) / w2.sum() + mu * float(np.mean((u - u0)[used] ** 2))
+        if not grad:
+            return loss, None
+        g = (2 * w2 / w2.sum() / s)[:, None] * r  # dL/dq_i / s_i
+        ga = np.einsum("ij,ij->i", e, bt @ g) - bt @ np.einsum("ij,ij->i", q, g)  # dL/da
+        return loss, a * ga + 2 * mu * (u - u0) * used / used.sum()
+
+    step = 1.0
+    loss, g = loss_grad(u, True)
+    for _ in range(steps):
+        while step > 1e-6:
+            new, _ = loss_grad(u - step * g, False)
+            if new < loss:
+                break
+            step /= 4
+        u = u - step * g
+        loss, g = loss_grad(u, True)
+        step *= 2
+    logger.info("token weights: loss %.5f, a in [%.3g, %.3g] on used rows", loss, np.exp(u[used]).min(),
+                np.exp(u[used]).max())
+    return np.exp(u)
+
+
+def run_variant(name: str, ctx: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the fitted table, the pair keys of its extra rows or None); the query side is the
+    plain mean of the rows of ``pair_bags`` with those keys."""
     e0, bags, targets, wts = ctx["e0"], ctx["bags"], ctx["targets"], ctx["weights"]
     kind, _, arg = name.partition(":")
+    if kind == "pairs":  # rows for frequent adjacent token pairs, fitted with the token rows
+        vocab = e0.shape[0]
+        keys = pair_keys(*ctx["doc_tokens"], vocab, int(arg or 20_000))
+        e0p = np.vstack([e0, (e0[keys // vocab] + e0[keys % vocab]) / 2])  # mapped alike: the mean of the two
+        pb = pair_bags(ctx["flat"], ctx["lengths"], vocab, keys)
+        return fit_table(e0p, pb, targets, weights=wts)[0], keys
+    if kind == "tokw":  # a learned weight per token in the mean, alternating with the table fit
+        p, _, steps = arg.partition("x")
+        a = ctx["idf"].astype(np.float64) ** float(p or 0.0)
+        lams: tuple[float, ...] = LAMS
+        for k in range(int(steps or 2) + 1):
+            table, fit = fit_table(e0, weighted_bags(ctx["flat"], ctx["lengths"], e0.shape[0], a), targets,
+                                   weights=wts, lams=lams)
+            lams = (fit.lam,)
+            logger.info("tokw round %d: lam %g, held-back cosine %.4f", k, fit.lam, fit.holdout_cosine)
+            if k < int(steps or 2):
+                a = fit_token_weights(table, bags, targets, wts, a)
+        return table * a[:, None].astype(np.float32), None  # a_t E_t under the plain mean ranks alike
+    return _run_token_variant(kind, arg, ctx), None
+
+
+def _run_token_variant(kind: str, arg: str, ctx: dict[str, Any]) -> np.ndarray:
+    """The table of a variant served as the plain mean of token rows."""
+    e0, bags, targets, wts = ctx["e0"], ctx["bags"], ctx["targets"], ctx["weights"]
     if kind == "ridge":  # the library's default
         return fit_table(e0, bags, targets, weights=wts)[0]
     if kind == "e0":  # the unfitted table as the prior (the default before 2026-11-25)
@@ -94,7 +197,7 @@ def run_variant(name: str, ctx: dict[str, Any]) -> np.ndarray:
         table = fit_table(e0, bags, targets, weights=wts)[0]
         docs = ctx["docs"] if ctx.get("sample") is None else ctx["docs"][ctx["sample"]]
         return distill_table(table, bags, targets, docs, DistillConfig())[0]
-    raise ValueError(f"unknown variant {name}")
+    raise ValueError(f"unknown variant {kind}")
 
 
 def vocabulary_queries(tokenizer: Any, n: int, seed: int = 0, words: tuple[int, int] = (2, 8)) -> list[str]:
@@ -127,6 +230,7 @@ def _small_subset(ctx: dict[str, Any], docs_text: list[tuple[str, str]], n: int,
     ctx["weights"] = np.asarray([3.0 if r == "passage" else 1.0 for r, k in zip(pq.recipe, keep, strict=True) if k])
     dflat, dlen = query_tokenizer(tokenizer, 1 << 20)([f"{t} {x}" for t, x in docs])
     ctx["idf"] = idf_weights(doc_frequencies(dflat, dlen, vocab), len(docs))
+    ctx["doc_tokens"] = (dflat, dlen)
     logger.info("small corpus: %d documents, %d pseudo-queries %s", n, len(texts), pq.counts())
 
 
@@ -154,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = prepare_fit(tokenizer, [data.corpus_path], max_queries=MAX_QUERIES)
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
     e0 = _cached(args.work / "e0.npy", lambda: _model()[0].token_table([], vocab).numpy())
-    targets = _cached(args.work / "targets.npy", lambda: _embed(encoder(), inputs.texts))
+    targets = None if args.small else _cached(args.work / "targets.npy", lambda: _embed(encoder(), inputs.texts))
     recs = [(str(r["_id"]), r.get("title") or "", r.get("text") or "") for _, r in iter_jsonl(data.corpus_path)]
     doc_ids = [d for d, _, _ in recs]
     docs = _cached(args.work / "docs.npy", lambda: _embed(encoder(), [document_text(t, x) for _, t, x in recs], 64))
@@ -162,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     qfull = _cached(args.work / f"queries-{args.split}.npy", lambda: _embed(encoder(), [data.queries[q] for q in qids]))
     flat, lengths = query_tokenizer(tokenizer)(inputs.texts)
     ctx: dict[str, Any] = {"e0": e0, "bags": inputs.bags, "targets": targets, "weights": inputs.weights,
-                           "idf": inputs.idf, "flat": flat, "lengths": lengths, "docs": docs}
+                           "idf": inputs.idf, "flat": flat, "lengths": lengths, "docs": docs,
+                           "doc_tokens": query_tokenizer(tokenizer, 1 << 20)([f"{t} {x}" for _, t, x in recs])}
     def generic() -> tuple[sp.csr_matrix, np.ndarray]:
         texts = vocabulary_queries(tokenizer, 10_000)
         gt = _cached(args.work / "targets-generic.npy", lambda: _embed(encoder(), texts))
@@ -186,18 +291,20 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("full-dense %s", results)
     for name in args.variant or ["ridge"]:
         t0 = time.perf_counter()
-        table = run_variant(name, ctx)
+        table, keys = run_variant(name, ctx)
         seconds = round(time.perf_counter() - t0, 1)
+        extra = {"pair_rows": len(keys), "pair_rows_mb_f16": round(len(keys) * table.shape[1] * 2 / 1e6, 1)} \
+            if keys is not None else {}
         if args.save:
             np.save(args.work / f"table-{name.replace(':', '_')}.npy", table)
         for split, d, _ in splits:
             sq = list(d.queries)
             qflat, qlen = query_tokenizer(tokenizer)([d.queries[q] for q in sq])
-            qv = np.asarray(token_bags(qflat, qlen, vocab) @ table, np.float32)
+            qv = np.asarray(pair_bags(qflat, qlen, vocab, keys) @ table, np.float32)
             per = _ndcg(qv, docs, doc_ids, sq, d.qrels)
             base.setdefault(split, per)
             results[f"{split}/{name}"] = {"ndcg@10": float(np.mean(per)), "vs_first": _paired(base[split], per),
-                                          "seconds": seconds}
+                                          "seconds": seconds, **extra}
             logger.info("%s/%s: %s", split, name, results[f"{split}/{name}"])
     text = json.dumps(results, indent=1)
     if args.out:
