@@ -19,6 +19,7 @@ test`` scores the same tables for a report). Variants: ``ridge`` (the library's 
 (issue 37: extra rows for the N adjacent token pairs in most corpus documents, at least 2,
 fitted jointly with the token rows; a text's vector is the mean over its tokens' rows and
 its known pairs' rows; a pair row's prior is the mean of its two tokens' prior rows),
+``wpairs[:N]`` (the same, pairs of word tokens in at most a fifth of the documents only),
 ``tokw[:PxK]`` (issue 37: a learned weight per token in the mean, started at IDF^P, K
 rounds of "weights by gradient steps with the table fixed, then the table refitted").
 ``--small`` makes the pseudo-queries' full-model vectors of the whole corpus unnecessary.
@@ -74,9 +75,14 @@ def adjacent_pairs(flat: np.ndarray, lengths: np.ndarray, vocab: int) -> tuple[n
     return owner[:-1][inside], (flat[:-1] * vocab + flat[1:])[inside]
 
 
-def pair_keys(doc_flat: np.ndarray, doc_lengths: np.ndarray, vocab: int, n: int, min_df: int = 2) -> np.ndarray:
-    """Sorted codes of the ``n`` adjacent pairs in most documents (those in >= ``min_df`` only)."""
+def pair_keys(doc_flat: np.ndarray, doc_lengths: np.ndarray, vocab: int, n: int, min_df: int = 2,
+              allowed: np.ndarray | None = None) -> np.ndarray:
+    """Sorted codes of the ``n`` adjacent pairs in most documents (those in >= ``min_df`` only;
+    both tokens ``allowed`` [V] bool, when given)."""
     owner, code = adjacent_pairs(doc_flat, doc_lengths, vocab)
+    if allowed is not None:
+        both = allowed[code // vocab] & allowed[code % vocab]
+        owner, code = owner[both], code[both]
     codes, df = np.unique(np.unique(owner * vocab * vocab + code) % (vocab * vocab), return_counts=True)
     top = np.argsort(-df, kind="stable")[:n]
     top = top[df[top] >= min_df]
@@ -143,9 +149,12 @@ def run_variant(name: str, ctx: dict[str, Any]) -> tuple[np.ndarray, np.ndarray 
     plain mean of the rows of ``pair_bags`` with those keys."""
     e0, bags, targets, wts = ctx["e0"], ctx["bags"], ctx["targets"], ctx["weights"]
     kind, _, arg = name.partition(":")
-    if kind == "pairs":  # rows for frequent adjacent token pairs, fitted with the token rows
+    if kind in ("pairs", "wpairs"):  # rows for frequent adjacent token pairs, fitted with the token rows
         vocab = e0.shape[0]
-        keys = pair_keys(*ctx["doc_tokens"], vocab, int(arg or 20_000))
+        dflat, dlen = ctx["doc_tokens"]
+        # wpairs: both tokens letters/digits and in at most a fifth of the documents (no function words)
+        allowed = (ctx["word_ids"] & (doc_frequencies(dflat, dlen, vocab) <= len(dlen) / 5)) if kind == "wpairs" else None
+        keys = pair_keys(dflat, dlen, vocab, int(arg or 20_000), allowed=allowed)
         e0p = np.vstack([e0, (e0[keys // vocab] + e0[keys % vocab]) / 2])  # mapped alike: the mean of the two
         pb = pair_bags(ctx["flat"], ctx["lengths"], vocab, keys)
         return fit_table(e0p, pb, targets, weights=wts)[0], keys
@@ -275,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         return token_bags(gf, gl, vocab), gt
 
     ctx["generic"] = generic
+    ctx["word_ids"] = np.zeros(vocab, bool)
+    ctx["word_ids"][[i for w, i in tokenizer.get_vocab().items() if w.removeprefix("##").isalnum()]] = True
     if args.small:
         _small_subset(ctx, [(t, x) for _, t, x in recs], args.small, tokenizer, args.work, encoder)
     splits = [(args.split, data, qfull)]
