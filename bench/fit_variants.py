@@ -157,7 +157,9 @@ def run_variant(name: str, ctx: dict[str, Any]) -> tuple[np.ndarray, np.ndarray 
         keys = pair_keys(dflat, dlen, vocab, int(arg or 20_000), allowed=allowed)
         e0p = np.vstack([e0, (e0[keys // vocab] + e0[keys % vocab]) / 2])  # mapped alike: the mean of the two
         pb = pair_bags(ctx["flat"], ctx["lengths"], vocab, keys)
-        return fit_table(e0p, pb, targets, weights=wts)[0], keys
+        table, fit = fit_table(e0p, pb, targets, weights=wts)
+        logger.info("%s: lam %g, held-back cosine %.4f", name, fit.lam, fit.holdout_cosine)
+        return table, keys
     if kind == "tokw":  # a learned weight per token in the mean, alternating with the table fit
         p, _, steps = arg.partition("x")
         a = ctx["idf"].astype(np.float64) ** float(p or 0.0)
