@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="search the indexes built under another tag (search-time variants: "
                    "--ef-search, --sparse-min-idf, --setting)")
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes that exist")
+    p.add_argument("--build-only", action="store_true",
+                   help="build (and calibrate) the indexes, record their build figures in "
+                   "--out and time nothing: a later run times them (a 1M build takes an hour)")
     p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "scale.json")
     args = p.parse_args(argv)
@@ -297,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
             built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
         ensure_calibrated(client, bundle, name)
+        if args.build_only:
+            entry["sizes"][str(n)] = {**entry["sizes"].get(str(n), {}), "docs": n,
+                                      "build": built, **index_stats(client, name)}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+            print(f"{name}: built, {n} documents; timing left to a later run", flush=True)
+            continue
         settings = dict(kv.split("=", 1) for kv in args.setting)
         if settings:
             adapter.put_index_settings(name, settings)
@@ -317,11 +327,13 @@ def main(argv: list[str] | None = None) -> int:
             adapter.put_index_settings(name, dict.fromkeys(settings))
         print_size(n, one, many, shapes)
         for size in entry["sizes"].values():  # one definition of the summary for every size
-            if f"hybrid-client@{default_c}" in size["one_client"]:  # (timed at default_c)
+            if f"hybrid-client@{default_c}" in size.get("one_client", {}):  # (timed at C)
                 size["modes"] = summary(size["one_client"], leg_names, default_c,
                                         size.get("auto_path", "server"))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if args.build_only:
+        return 0
     if args.quality:
         entry["quality"] = quality(client, adapter, bundle, source, top_k, args, index_opts,
                                    leg_names, search)
@@ -402,7 +414,8 @@ def plot(report: dict[str, Any], path: Path, c: int) -> None:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for tag, entry in report.items():
-        sizes = sorted(entry["sizes"].values(), key=lambda s: s["docs"])
+        sizes = sorted((s for s in entry["sizes"].values() if "modes" in s),  # (timed ones)
+                       key=lambda s: s["docs"])
         if not sizes:
             continue
         docs = [s["docs"] for s in sizes]
