@@ -75,6 +75,7 @@ def build_bundle(
     fit_max_queries: int = MAX_QUERIES,
     fit_distill: DistillConfig | None = DEFAULT_DISTILL,
     encode_precision: str = DEFAULT_ENCODE_PRECISION,
+    device: str | None = None,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -106,14 +107,21 @@ def build_bundle(
         fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
         encode_precision: how the fit's full-model vectors are computed
             (``options.ENCODE_PRECISIONS``).
+        device: the torch device of the table's and the fit's forwards (``cpu``, ``cuda``,
+            ``cuda:1``); default the GPU if there is one, else the CPU, as ingest's
+            ``DocEncoder`` (``model.doc_encoder.default_device``). The saved files do not
+            depend on it beyond float rounding.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
 
     Returns:
         The bundle path.
     """
     from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.device import check_device
+    from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
 
+    target = check_device(device) if device is not None else default_device()  # before any work
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
     prompts = sentence_transformers_settings(source)
     if instructions is None and prompts.get("query_prompt"):
@@ -122,7 +130,7 @@ def build_bundle(
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
-        name=catalogue_name)
+        name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
