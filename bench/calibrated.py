@@ -67,7 +67,7 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
         for qid, results in zip(chunk, grouped, strict=True):
             fused: dict[str, float] = {}
             for name, res in zip(req.legs, results, strict=True):
-                leg = calibration.legs[leg_key(name, Shape())]
+                leg = calibration.scales[leg_key(name, Shape())]
                 span = max(leg.top1_mean - leg.top10_mean, 1e-9)
                 for h in res.hits:
                     fused[h.doc_id] = fused.get(h.doc_id, 0.0) + weights[name] * (

@@ -28,7 +28,8 @@ import numpy as np
 from lr_opensearch.engine.adapter import METADATA_FIELD, TEXT_FIELDS
 from lr_opensearch.engine.templates import render_token_index_body
 from lr_opensearch.errors import CorpusError, IngestError, LRError
-from lr_opensearch.indexing.reader import CorpusReader, Record, Rejection, count_lines, is_gzip
+from lr_opensearch.indexing.gzstream import count_lines, is_gzip
+from lr_opensearch.indexing.reader import CorpusReader, Record, Rejection
 from lr_opensearch.progress import progress_bar
 from lr_opensearch.ur2n.xtr import (
     DOC_ID_FIELD,

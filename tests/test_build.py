@@ -13,6 +13,7 @@ from tiny_artifacts import SENTENCES
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.build import build_bundle
+from lr_opensearch.bundle.fit import FitRecipe
 from lr_opensearch.model import DocEncoder, LightRetrieverModel, instruction_ids
 from lr_opensearch.query import QueryEncoder
 
@@ -124,8 +125,8 @@ def test_fitted_tables_approach_the_full_model_end_to_end(tmp_path: Path) -> Non
                               for i, s in enumerate(SENTENCES)))
     kw = {"instructions": {"default": "Query: "}, "batch_size": 64, "max_length": 64, "progress": False}
     plain = load_bundle(build_bundle(model_dir, tmp_path / "plain", **kw))
-    fitted = load_bundle(build_bundle(model_dir, tmp_path / "fit", fit_corpora=[corpus],
-                                      fit_max_queries=400, **kw))
+    fitted = load_bundle(build_bundle(model_dir, tmp_path / "fit",
+                                      fit=FitRecipe(corpora=(corpus,), max_queries=400), **kw))
     queries = [" ".join(s.split()[:6]) for s in SENTENCES]
     full = DocEncoder.from_bundle(fitted, device="cpu").encode(["Query: " + q for q in queries]).dense
 
@@ -160,9 +161,9 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
                         lambda self, *a, **k: seen.append(f"fit {self.device}") or encode_dense(self, *a, **k))
     monkeypatch.setattr(doc_encoder, "default_device",
                         lambda: seen.append("default asked") or torch.device("cpu"))
-    kw = {"batch_size": 64, "max_length": 64, "progress": False, "fit_max_queries": 100}
+    kw = {"batch_size": 64, "max_length": 64, "progress": False}
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables1"))
-    build_bundle(model_dir, tmp_path / "b1", fit_corpora=[corpus], **kw)
+    build_bundle(model_dir, tmp_path / "b1", fit=FitRecipe(corpora=(corpus,), max_queries=100), **kw)
     assert seen[0] == "default asked" and set(seen[1:]) == {"table cpu", "fit cpu"}
     seen.clear()
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables2"))  # not the cached table

@@ -30,6 +30,7 @@ from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import LegContext
 from lr_opensearch.legs.builtin import heaviest
 from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
 from lr_opensearch.search import Retriever
@@ -137,11 +138,11 @@ def test_calibration_is_recorded_with_how_it_was_measured(
     record = read_calibration(adapter, index)
     assert record.to_meta() == meta[CALIBRATION_KEY]
     assert {"dense", "sparse", "bm25", f"sparse@{CALIBRATED_SPARSE_TOKENS}",
-            "bm25@text"} <= set(record.legs)
+            "bm25@text"} <= set(record.scales)
     m = record.method
     assert m["sampled_documents"] == N_DOCS and m["documents"] == N_DOCS
     assert m["pseudo_queries"] > N_DOCS and m["bundle_id"] == bundle.bundle_id
-    for leg in record.legs.values():
+    for leg in record.scales.values():
         assert leg.queries > 0 and leg.top1_mean >= leg.top10_mean > 0.0
 
 
@@ -157,8 +158,8 @@ def test_scales_are_the_legs_own_top_scores(corpus: Any, calibrated: Any, engine
                 score_from_inner_product(hits[0].scores[leg])
                 for hits in r.search(texts, k=1, mode=leg, **over) if hits]
         key = "bm25@text" if leg == "bm25" else leg
-        assert calibrated.legs[key].top1_mean == pytest.approx(statistics.fmean(tops), rel=1e-5)
-        assert calibrated.legs[key].queries == len(tops)
+        assert calibrated.scales[key].top1_mean == pytest.approx(statistics.fmean(tops), rel=1e-5)
+        assert calibrated.scales[key].queries == len(tops)
 
 
 def test_one_query_scores_are_the_boosted_sum_of_the_legs(
@@ -267,7 +268,7 @@ def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: 
                  "--sample-docs", "10", "--sparse-tokens", "3"]) == 0
     text = capsys.readouterr().out
     assert "sparse@3" in text and "bm25@text" in text
-    assert "sparse@3" in read_calibration(make_adapter(engine_client), index).legs
+    assert "sparse@3" in read_calibration(make_adapter(engine_client), index).scales
 
 
 def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
@@ -276,8 +277,8 @@ def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
     from lr_opensearch.cluster.requests import text_sub_queries
 
     record = {"models": {"dense": "D", "sparse": "S"}}
-    sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"], k=20,
-                           text_fields=("text",))
+    sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
+                           LegContext(k=20, text_fields=("text",)))
     body = OpenSearchAdapter(None).calibrated_body(sub, [0.5, 0.1, 0.25], size=10)
     neural, sparse, match = body["query"]["bool"]["should"]
     assert neural == {"neural": {"lr_dense": {"query_text": "heat flow", "k": 20,
@@ -310,7 +311,7 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
     want = adapter.calibrated_body(
-        text_sub_queries(record, text, record["legs"], k=50, text_fields=("text",)),
+        text_sub_queries(record, text, record["legs"], LegContext(k=50, text_fields=("text",))),
         [boosts[n] for n in record["legs"]], size=10,
         source={"excludes": ["lr_dense", "lr_sparse"]})
     assert rendered == want

@@ -95,6 +95,14 @@ def _kill(config: Any) -> None:
     os.killpg(pid, signal.SIGKILL)
 
 
+def _wait_until(ready: Any, what: str, timeout: float = 300) -> None:
+    """Poll ``ready()`` until true (every 50 ms); fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.05)
+
+
 def _wait_status(client: Any, status: str, nodes: int, timeout: float = 300) -> None:
     client.cluster.health(wait_for_status=status, wait_for_nodes=str(nodes),
                           timeout=f"{int(timeout)}s", request_timeout=timeout + 30)
@@ -191,7 +199,9 @@ def test_node_loss_during_an_ingest(cluster: ClusterSpec, client: Any, tiny: Pat
         time.sleep(0.05)
     _kill(victim)
     killed_at = checkpoint_indexed(state)
-    time.sleep(5)
+    # the node comes back only once the cluster has dropped it (the ingest then meets a
+    # two-node cluster with unassigned shards), whatever that takes on this machine
+    _wait_status(client, "yellow", 2)
     start_node(victim, install(), wait=False)  # the node comes back, its data on disk
     out, err = proc.communicate(timeout=900)
     first = proc.returncode
@@ -214,6 +224,9 @@ def test_node_loss_during_an_ingest(cluster: ClusterSpec, client: Any, tiny: Pat
     assert summary["counts"]["skipped"] == 2 and summary["counts"]["failed"] == 0
     client.indices.delete(index=index, ignore_unavailable=True)
 
+
+
+SEARCHES_EACH_SIDE = 50  # searches streamed before the kill, and after the node is dropped
 
 
 def test_node_loss_during_searches(cluster: ClusterSpec, client: Any, loaded: Any,
@@ -247,16 +260,20 @@ def test_node_loss_during_searches(cluster: ClusterSpec, client: Any, loaded: An
 
     worker = threading.Thread(target=stream)
     worker.start()
-    time.sleep(5)
+    _wait_until(lambda: counts["answered"] >= SEARCHES_EACH_SIDE, "searches before the kill")
     before = dict(counts)
     victim = cluster.configs()[2]
     _kill(victim)
-    time.sleep(20)
+    _wait_status(client, "yellow", 2)  # the cluster has dropped the node
+    dropped = dict(counts)
+    _wait_until(lambda: sum(counts.values()) - sum(dropped.values()) >= SEARCHES_EACH_SIDE,
+                "searches after the cluster dropped the node")
     stop.set()
     worker.join(timeout=120)
     after_kill = {k: counts[k] - before[k] for k in counts}
-    print(f"\n[node loss during searches] before the kill: {before}; in the 20 s after "
-          f"SIGKILL of {victim.name}: {after_kill}; first errors: {errors[:3]}")
+    print(f"\n[node loss during searches] before the kill: {before}; from the SIGKILL of "
+          f"{victim.name} to {SEARCHES_EACH_SIDE} searches after the cluster dropped it: "
+          f"{after_kill}; first errors: {errors[:3]}")
     assert counts["wrong"] == 0
     assert after_kill["answered"] > 0
     # the node comes back and the cluster heals

@@ -15,13 +15,14 @@ from tokenizers import Tokenizer
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.cluster import export_dense, export_sparse, text_hybrid_body, text_sub_queries
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import LegContext
 from lr_opensearch.query import QueryEncoder
 
 TEXTS = ["The capital of France is Paris.", "naïve café über don't", "flow flow flow",
          "[CLS] boundary layer [SEP] tower"]
 RECORD = {"models": {"dense": "D", "sparse": "S"}, "dense_model_id": "D",
           "sparse_model_id": "S", "dense_field": "lr_dense",
-          "sparse_field": "lr_sparse", "legs": ["dense", "sparse", "bm25"]}
+          "sparse_field": "lr_sparse", "legs": ["dense", "sparse", "bm25"], "weights": [0.4, 0.2, 0.4]}
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,8 @@ def test_sparse_decoder_gives_the_encoders_keys(bundle) -> None:  # type: ignore
 
 
 def test_text_sub_queries() -> None:
-    subs = text_sub_queries(RECORD, "tides", ["dense", "sparse", "bm25"], k=100,
-                            filter={"term": {"metadata.lang": "en"}}, ef_search=64)
+    ctx = LegContext(k=100, filter={"term": {"metadata.lang": "en"}}, ef_search=64)
+    subs = text_sub_queries(RECORD, "tides", ["dense", "sparse", "bm25"], ctx)
     assert subs[0] == {"neural": {"lr_dense": {
         "query_text": "tides", "k": 100, "model_id": "D",
         "filter": {"term": {"metadata.lang": "en"}}, "method_parameters": {"ef_search": 64}}}}
@@ -83,4 +84,4 @@ def test_text_sub_queries() -> None:
     assert "model_id" not in str(body) and body["query"]["hybrid"]["pagination_depth"] == 100
     assert body["query"]["hybrid"]["queries"][0]["neural"]["lr_dense"]["query_text"] == 'say "hi"'
     with pytest.raises(ConfigError, match="non-empty string"):
-        text_sub_queries(RECORD, "  ", ["dense"], k=10)
+        text_sub_queries(RECORD, "  ", ["dense"], LegContext(k=10))

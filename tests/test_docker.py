@@ -291,8 +291,9 @@ def _sigkill(container: str, pid: int) -> None:
 
 def _ingest_with_a_node_loss(project: str, url: str, bundle: Path, corpus: Path, index: str,
                              state: Path) -> tuple[int, int]:
-    """Ingest from the host; SIGKILL os3 once 100 documents are in, start it again 5 s later;
-    rerun to resume if the first run gave up. Returns (acked at the kill, reruns)."""
+    """Ingest from the host; SIGKILL os3 once 100 documents are in, start it again once the
+    other two have dropped it; rerun to resume if the first run gave up. Returns (acked at
+    the kill, reruns)."""
     args = [str(corpus), "--bundle", str(bundle), "--index", index, "--url", url,
             "--state-dir", str(state), "--no-progress", "-q", "--chunk-size", "8",
             "--batch-size", "8", "--sort-window", "32", "--timeout", "60",
@@ -310,7 +311,7 @@ def _ingest_with_a_node_loss(project: str, url: str, bundle: Path, corpus: Path,
     _sigkill(victim, int(pid))
     acked = checkpoint_indexed(state)
     assert proc.poll() is None, "the ingest finished before the kill; give it more documents"
-    time.sleep(5)
+    _wait_for_nodes(url, 2, timeout=300)  # os3 comes back once the others have dropped it
     started = compose(project, "--profile", "cluster", "start", "os3")
     assert started.returncode == 0, started.stderr
     _, err = proc.communicate(timeout=900)

@@ -121,8 +121,8 @@ def test_linear_and_rrf_retriever_bodies():
 def test_make_adapter_picks_elasticsearch_for_es_clients():
     from elasticsearch import Elasticsearch
 
+    from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.engine.opensearch import OpenSearchAdapter
-    from lr_opensearch.search import make_adapter
 
     assert isinstance(make_adapter(Elasticsearch("http://127.0.0.1:1")), ElasticsearchAdapter)
     from opensearchpy import OpenSearch

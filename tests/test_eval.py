@@ -127,7 +127,8 @@ def test_weight_sweep_endpoints_are_the_single_sides() -> None:
     qrels = {"q": {"s1": 1, "d1": 1}}
     dense = {"q": [("d1", 0.9), ("d2", 0.5), ("s1", -0.2)]}  # inner products
     sparse = {"q": [("s1", 7.0), ("s2", 3.0)]}
-    curves = weight_sweep(dense, sparse, qrels, depth=10)
+    curves = weight_sweep({"dense": dense, "sparse": sparse}, {"dense": 0.7, "sparse": 0.3},
+                          "dense", qrels, depth=10)
     only_dense = compute_metrics(qrels, {"q": dense["q"]})["ndcg@10"]
     # dense weight 0: a leg of weight 0 is not searched, so the sparse list alone (both
     # semantics); dense weight 1: the dense list alone
@@ -137,5 +138,28 @@ def test_weight_sweep_endpoints_are_the_single_sides() -> None:
         assert curves[sem]["ndcg@10"][0] == pytest.approx(only_sparse)
     # in between both legs count: s1 (sparse top) and d1 (dense top) both relevant, top 2
     assert curves["opensearch"]["ndcg@10"][5] == pytest.approx(1.0)
-    assert len(curves["dense_weight"]) == 11 and curves["dense_weight"][7] == 0.7
+    assert curves["leg"] == "dense"
+    assert len(curves["weight"]) == 11 and curves["weight"][7] == 0.7
+
+
+def test_the_sweep_moves_any_leg_and_the_others_keep_their_proportions() -> None:
+    """Three legs: sweeping BM25, dense and sparse share the rest 2:1 (the bundle's 0.4 /
+    0.2); each point equals fuse() with those weights (the sweep is the hybrid's, not a
+    dense-sparse pair of its own)."""
+    from lr_opensearch.legs import move_weight
+    from lr_opensearch.search.fusion import fuse
+
+    weights = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4, "full_dense": 0.0}
+    point = move_weight(weights, "bm25", 0.7)
+    assert point == pytest.approx({"dense": 0.2, "sparse": 0.1, "bm25": 0.7})
+    runs = {"dense": {"q": [("a", 0.5), ("b", 0.1)]}, "sparse": {"q": [("b", 3.0), ("c", 1.0)]},
+            "bm25": {"q": [("c", 9.0), ("a", 2.0)]}}
+    qrels = {"q": {"c": 1}}
+    curves = weight_sweep(runs, weights, "bm25", qrels, depth=10)
+    back = {"dense": [(d, score_from_inner_product(s)) for d, s in runs["dense"]["q"]],
+            "sparse": runs["sparse"]["q"], "bm25": runs["bm25"]["q"]}
+    want = compute_metrics(qrels, {"q": [(h.doc_id, h.score) for h in fuse(back, weights=point)]})
+    assert curves["opensearch"]["ndcg@10"][7] == pytest.approx(want["ndcg@10"])
+    with pytest.raises(ConfigError, match="lr-sparse"):
+        weight_sweep({"dense": runs["dense"]}, weights, "dense", qrels, depth=10)
     assert score_from_inner_product(-0.2) == pytest.approx(1 / 1.2)

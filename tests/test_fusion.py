@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -10,6 +11,10 @@ import pytest
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import fusion_config, names, parse_weights, validate_weights
 from lr_opensearch.search.fusion import FusedHit, fuse
+
+# the hand-computed values below are worked out for dense 0.7 / sparse 0.3, given explicitly
+# (fuse()'s own default is the legs' default weights: test_default_weights_are_the_legs')
+fuse_73 = functools.partial(fuse, weights=(0.7, 0.3))
 
 NONE = dict.fromkeys(names(), 0.0)  # every leg, weight 0
 
@@ -28,7 +33,7 @@ def order(hits: list[FusedHit]) -> list[str]:
 
 
 def test_opensearch_min_max_arithmetic_keeps_missing_weight():
-    hits = fuse(DENSE, SPARSE)
+    hits = fuse_73(DENSE, SPARSE)
     # arithmetic_mean keeps a missing document's 0.0 and its weight (sum of weights = 1)
     expected = {
         "a": 0.7 * 1.0 + 0.3 * 0.001,
@@ -50,14 +55,14 @@ def test_opensearch_min_max_arithmetic_keeps_missing_weight():
 def test_only_one_side_finds_the_best_sparse_doc():
     # e is found only by the sparse side, with the top sparse score: it gets 0.3 * 1.0,
     # not 1.0 (which a weighted mean over the finding sub-queries only would give).
-    hits = fuse([("a", 5.0), ("b", 1.0)], [("e", 4.0), ("a", 2.0)])
+    hits = fuse_73([("a", 5.0), ("b", 1.0)], [("e", 4.0), ("a", 2.0)])
     assert scores(hits)["e"] == pytest.approx(0.3, rel=1e-6)
     assert scores(hits)["a"] == pytest.approx(0.7 + 0.3 * 0.001, rel=1e-6)
     assert order(hits) == ["a", "e", "b"]
 
 
 def test_linear_reference_semantics():
-    hits = fuse(DENSE, SPARSE, semantics="linear")
+    hits = fuse_73(DENSE, SPARSE, semantics="linear")
     eps = 1e-8
     expected = {
         "a": 0.7 * 2 / (2 + eps) + 0.0,
@@ -76,7 +81,7 @@ def test_linear_weights_need_not_sum_to_one():
 
 
 def test_geometric_mean_skips_missing():
-    hits = fuse(DENSE, SPARSE, combination="geometric_mean")
+    hits = fuse_73(DENSE, SPARSE, combination="geometric_mean")
     expected = {
         "a": math.exp(0.7 * math.log(1.0) + 0.3 * math.log(0.001)),
         "b": math.exp(0.7 * math.log(0.5) + 0.3 * math.log(1.0)),
@@ -89,7 +94,7 @@ def test_geometric_mean_skips_missing():
 
 
 def test_harmonic_mean_skips_missing():
-    hits = fuse(DENSE, SPARSE, combination="harmonic_mean")
+    hits = fuse_73(DENSE, SPARSE, combination="harmonic_mean")
     expected = {
         "a": 1.0 / (0.7 / 1.0 + 0.3 / 0.001),
         "b": 1.0 / (0.7 / 0.5 + 0.3 / 1.0),
@@ -102,7 +107,7 @@ def test_harmonic_mean_skips_missing():
 
 
 def test_rrf_weighted_reciprocal_ranks():
-    hits = fuse(DENSE, SPARSE, combination="rrf")
+    hits = fuse_73(DENSE, SPARSE, combination="rrf")
     expected = {
         "a": 0.7 / 61 + 0.3 / 63,
         "b": 0.7 / 62 + 0.3 / 61,
@@ -123,7 +128,7 @@ def test_rrf_rank_constant_and_linear_rrf():
 
 
 def test_l2_normalisation():
-    hits = fuse(DENSE, SPARSE, normalization="l2")
+    hits = fuse_73(DENSE, SPARSE, normalization="l2")
     nd, ns = math.sqrt(14.0), math.sqrt(140.0)
     expected = {
         "a": 0.7 * 3 / nd + 0.3 * 2 / ns,
@@ -138,16 +143,16 @@ def test_l2_normalisation():
 
 def test_single_hit_per_side():
     # one value per list: the server normalises it to 1.0; the reference (eps) to 0.
-    hits = fuse([("x", 5.0)], [("y", 0.2)])
+    hits = fuse_73([("x", 5.0)], [("y", 0.2)])
     assert scores(hits) == pytest.approx({"x": 0.7, "y": 0.3})
     assert hits[0].norms.get("dense") == 1.0
-    lin = fuse([("x", 5.0)], [("y", 0.2)], semantics="linear")
+    lin = fuse_73([("x", 5.0)], [("y", 0.2)], semantics="linear")
     assert scores(lin) == {"x": 0.0, "y": 0.0}
     assert order(lin) == ["x", "y"]  # tie broken by doc id
 
 
 def test_ties_are_broken_by_doc_id():
-    hits = fuse([("b", 2.0), ("a", 2.0)], [])
+    hits = fuse_73([("b", 2.0), ("a", 2.0)], [])
     assert order(hits) == ["a", "b"]
     assert scores(hits) == pytest.approx({"a": 0.7, "b": 0.7})
     # a fused tie between different contributions: 0.5*1 + 0.5*0.001 both ways
@@ -157,26 +162,26 @@ def test_ties_are_broken_by_doc_id():
 
 
 def test_empty_side_and_both_empty():
-    hits = fuse(DENSE, [])
+    hits = fuse_73(DENSE, [])
     assert order(hits) == ["a", "b", "c"]
     assert scores(hits) == pytest.approx({"a": 0.7, "b": 0.35, "c": 0.0007}, rel=1e-6)
-    sparse_only = fuse([], SPARSE, semantics="linear")
+    sparse_only = fuse_73([], SPARSE, semantics="linear")
     assert scores(sparse_only)["d"] == pytest.approx(0.3 * 0.5, rel=1e-6)
-    assert fuse([], []) == []
-    assert fuse([], [], semantics="linear", combination="rrf") == []
+    assert fuse_73([], []) == []
+    assert fuse_73([], [], semantics="linear", combination="rrf") == []
 
 
 def test_k_truncates_and_larger_k_returns_all():
-    assert order(fuse(DENSE, SPARSE, k=2)) == ["a", "b"]
-    assert len(fuse(DENSE, SPARSE, k=100)) == 4
-    assert fuse(DENSE, SPARSE, k=0) == []
+    assert order(fuse_73(DENSE, SPARSE, k=2)) == ["a", "b"]
+    assert len(fuse_73(DENSE, SPARSE, k=100)) == 4
+    assert fuse_73(DENSE, SPARSE, k=0) == []
     with pytest.raises(ConfigError, match="k must be"):
-        fuse(DENSE, SPARSE, k=-1)
+        fuse_73(DENSE, SPARSE, k=-1)
 
 
 def test_input_order_is_not_trusted_but_engine_ties_are_kept():
-    shuffled = fuse(list(reversed(DENSE)), SPARSE, combination="rrf")
-    assert scores(shuffled) == scores(fuse(DENSE, SPARSE, combination="rrf"))
+    shuffled = fuse_73(list(reversed(DENSE)), SPARSE, combination="rrf")
+    assert scores(shuffled) == scores(fuse_73(DENSE, SPARSE, combination="rrf"))
     # equal raw scores keep the given order for rank-based fusion
     tie = fuse([("q", 1.0), ("p", 1.0)], [], combination="rrf", weights=(1.0, 0.0))
     assert scores(tie) == pytest.approx({"q": 1 / 61, "p": 1 / 62})
@@ -241,9 +246,9 @@ def test_unknown_options_list_valid_ones(kwargs, listed):
 
 def test_duplicates_and_non_finite_scores_are_rejected():
     with pytest.raises(ConfigError, match="twice"):
-        fuse([("a", 1.0), ("a", 0.5)], [])
+        fuse_73([("a", 1.0), ("a", 0.5)], [])
     with pytest.raises(ConfigError, match="non-finite"):
-        fuse([], [("a", float("inf"))])
+        fuse_73([], [("a", float("inf"))])
 
 
 def test_three_legs_by_hand() -> None:
@@ -282,3 +287,20 @@ def test_weights_per_leg_and_their_spelling() -> None:
         validate_weights({"dense": 0.5, "bm25": 0.6})
     with pytest.raises(ConfigError, match="not a number"):
         parse_weights("dense=x")
+
+
+def test_default_weights_are_the_legs_scaled_over_the_lists_given():
+    """No weights: each given leg's default weight (legs.default_weights), summing to 1;
+    fusion_config() with no weights is the registry's defaults (no 0.7 / 0.3 of old)."""
+    from lr_opensearch.legs import default_weights
+
+    d = default_weights()
+    pair = d["dense"] + d["sparse"]
+    assert scores(fuse(DENSE, SPARSE)) == scores(
+        fuse(DENSE, SPARSE, weights=(d["dense"] / pair, d["sparse"] / pair)))
+    bm25 = [("c", 9.0), ("a", 1.0)]
+    assert scores(fuse({"dense": DENSE, "sparse": SPARSE, "bm25": bm25})) == scores(
+        fuse({"dense": DENSE, "sparse": SPARSE, "bm25": bm25}, weights=d))
+    assert dict(fusion_config().weights) == d
+    with pytest.raises(ConfigError, match="default weight"):
+        fuse({"full_dense": DENSE})

@@ -33,6 +33,7 @@ from lr_opensearch.cluster import (
 )
 from lr_opensearch.cluster.deploy import ensure_model
 from lr_opensearch.engine.client import make_client
+from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import EngineError
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.query import QueryEncoder
@@ -277,7 +278,7 @@ def test_undeployed_model_then_restart_and_deploy_again(adi: dict[str, Any], ml_
     before = ml_client.search(index=index, body=text_hybrid_body(rec, query))
     mlapi.undeploy(ml_client, rec["sparse_model_id"])
     with pytest.raises(EngineError, match=r"is UNDEPLOYED .*lr models deploy") as exc:
-        check_serving(ml_client, cluster_meta(ml_client, index), index)
+        check_serving(ml_client, cluster_meta(make_adapter(ml_client), index), index)
     assert "\n" not in str(exc.value)
 
     # a restart: ml-commons redeploys the dense model (deployed at shutdown) by itself, soon
@@ -286,12 +287,12 @@ def test_undeployed_model_then_restart_and_deploy_again(adi: dict[str, Any], ml_
     start_node(ml_node, install(ml=True), timeout=300)
     client = make_client(ml_node.url, timeout=180)
     with pytest.raises(EngineError, match="lr models deploy"):
-        check_serving(client, cluster_meta(client, index), index)
+        check_serving(client, cluster_meta(make_adapter(client), index), index)
     again = deploy_bundle(client, adi["bundle"], index, default_pipeline=True)
     assert again["actions"]["sparse"] == "deployed"
     assert again["actions"]["dense"] in ("reused", "deployed")  # nothing uploaded
     assert (again["dense_model_id"], again["sparse_model_id"]) == \
         (rec["dense_model_id"], rec["sparse_model_id"])
-    check_serving(client, cluster_meta(client, index), index)
+    check_serving(client, cluster_meta(make_adapter(client), index), index)
     after = client.search(index=index, body=text_hybrid_body(rec, query))
     assert [h["_id"] for h in after["hits"]["hits"]] == [h["_id"] for h in before["hits"]["hits"]]

@@ -182,6 +182,55 @@ def test_a_fourth_leg_is_searched_fused_explained_and_reported(
     assert report["weights"] == {"dense": 0.5, "sparse": 0.2, "bm25": 0.3}
 
 
+@pytest.mark.node
+def test_a_fourth_leg_reaches_the_cli_the_eval_sweep_and_the_inspector(
+        title_leg: Leg, os_client: Any, legacy_index: str, opensearch_url: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The registered leg, with no edit elsewhere: `lr search --mode` / `--weights` take it,
+    `lr eval --sweep-leg` sweeps it against the bundle's legs (its one-leg run and the
+    others' re-fused), and the inspector's slider moves it."""
+    from lr_opensearch.cli import main
+
+    bundle_dir = str(LEGACY / "bundle")
+    query = "eiffel tower paris"
+    base = ["search", "--bundle", bundle_dir, "--index", legacy_index, "--url", opensearch_url,
+            "--json"]
+    assert main([*base, "--mode", title_leg.name, query]) == 0
+    alone = json.loads(capsys.readouterr().out)[0]  # one object per query
+    assert alone["hits"] and all(h["scores"][title_leg.name] is not None for h in alone["hits"])
+    weights = "dense=0.3,sparse=0.2,bm25=0.3,title_bm25=0.2"
+    assert main([*base, "--weights", weights, "--fusion", "client", query]) == 0
+    fused = json.loads(capsys.readouterr().out)[0]
+    assert any(h["scores"].get(title_leg.name) is not None for h in fused["hits"])
+    # lr eval: the sweep moves the new leg; at weight 0 it is the bundle's hybrid re-fused
+    shutil.copytree(LEGACY / "beir", tmp_path / "beir")
+    out = tmp_path / "eval"
+    runs = ",".join(["lr-dense", "lr-sparse", "bm25", title_leg.run, "lr-hybrid"])
+    assert main(["eval", "--dataset", str(tmp_path / "beir"), "--bundle", bundle_dir,
+                 "--index", legacy_index, "--url", opensearch_url, "--runs", runs,
+                 "--sweep-leg", title_leg.name, "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    sweep = report["sweep"]
+    assert sweep["leg"] == title_leg.name and len(sweep["weight"]) == 11
+    assert sweep["opensearch"]["ndcg@10"][0] == pytest.approx(
+        report["runs"]["lr-hybrid"]["ndcg@10"], abs=1e-9)
+    assert sweep["opensearch"]["ndcg@10"][-1] == pytest.approx(
+        report["runs"][title_leg.run]["ndcg@10"], abs=1e-9)
+    assert (out / "sweep.png").stat().st_size > 0
+    # the inspector: its slider is the new leg's, and moving it weighs the new leg
+    from lr_opensearch.inspect import create_app
+
+    app = create_app(bundle_dir, legacy_index, client=os_client, slider=title_leg.name,
+                     full=False).test_client()
+    page = app.get("/").get_data(as_text=True)
+    assert f"{title_leg.label} weight" in page and f'id="{title_leg.name}"' in page
+    got = app.get(f"/api/search?q=eiffel+tower&{title_leg.name}=0.5").get_json()
+    assert got["weights"][title_leg.name] == pytest.approx(0.5)
+    assert got["weights"] == pytest.approx(legs.move_weight(
+        {"dense": 0.5, "sparse": 0.2, "bm25": 0.3}, title_leg.name, 0.5))
+    assert title_leg.name in got["lists"]
+
+
 def test_an_unregistered_leg_is_refused_with_the_list() -> None:
     with pytest.raises(ConfigError, match="unknown fusion leg"):
         legs.validate_weights({"title_bm25": 1.0})

@@ -443,7 +443,7 @@ def test_the_longest_queries_stay_within_the_clause_limit(adi: dict[str, Any], c
     exactly that many); the longest queries - 2,000 distinct vocabulary words, hyphenated
     words, an unspaced CJK run, emoji - are searched on every path (before the BM25 clause
     was capped by analysed terms, not words, the last three were refused)."""
-    from lr_opensearch.engine.adapter import MAX_CLAUSE_COUNT
+    from lr_opensearch.engine.clauses import MAX_CLAUSE_COUNT
 
     flat = client.cluster.get_settings(include_defaults=True, flat_settings=True)
     assert flat["defaults"]["indices.query.bool.max_clause_count"] == str(MAX_CLAUSE_COUNT)
@@ -496,7 +496,7 @@ def test_a_request_body_at_the_engine_limit(client: Any) -> None:
     """HTTP_MAX_CONTENT_LENGTH is the engine's http.max_content_length: a bulk body of exactly
     that many bytes is taken, one byte more is refused with 413 (the ingest then splits its
     requests: tests/test_ingest_failures.py)."""
-    from lr_opensearch.engine.adapter import HTTP_MAX_CONTENT_LENGTH
+    from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
 
     index = f"lr-real-limit-{uuid.uuid4().hex[:8]}"
     client.indices.create(index=index, body={"mappings": {"dynamic": False}})

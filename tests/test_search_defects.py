@@ -63,7 +63,7 @@ def test_hits_of_several_indices_show_their_index() -> None:
 
 @pytest.mark.parametrize("target", [",", "a,", ",b", "a,,b", " "])
 def test_a_target_with_an_empty_index_name_is_refused(target: str) -> None:
-    from lr_opensearch.search.retriever import check_target
+    from lr_opensearch.search.request import check_target
 
     with pytest.raises(ConfigError, match="index"):
         check_target(target)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.engine.adapter import EngineHit, EngineResult, filter_clauses, parse_response
+from lr_opensearch.engine.clauses import filter_clauses
 from lr_opensearch.engine.opensearch import OpenSearchAdapter, pipeline_name
+from lr_opensearch.engine.results import EngineHit, EngineResult, parse_response
 from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import fusion_config
@@ -91,7 +92,8 @@ def test_filter_clauses_and_pipeline_names():
     )
     with pytest.raises(ConfigError, match="filter must be"):
         filter_clauses("lang:en")  # type: ignore[arg-type]
-    assert pipeline_name(fusion_config()) == "lr-hybrid-min_max-arithmetic_mean-7000-3000"
+    assert pipeline_name(fusion_config((0.7, 0.3))) == "lr-hybrid-min_max-arithmetic_mean-7000-3000"
+    assert pipeline_name(fusion_config()) == "lr-hybrid-min_max-arithmetic_mean-4000-2000-4000"
     assert (
         pipeline_name(fusion_config((0.5, 0.5), combination="rrf", rank_constant=10))
         == "lr-hybrid-rrf-10-5000-5000"
@@ -154,7 +156,7 @@ def test_token_contributions_decode_keys_and_sort():
 def _req(**kw):
     """A resolved request: the SearchOptions fields (k, from_, mode, explain) and the
     resolved ones (path, config, source, strip_sparse, timeout)."""
-    resolved = dict(path="client", config=fusion_config(), source=None, strip_sparse=False,
+    resolved = dict(path="client", config=fusion_config((0.7, 0.3)), source=None, strip_sparse=False,
                     timeout=None)
     resolved.update({key: kw.pop(key) for key in list(kw) if key in resolved})
     options = SearchOptions(**{"k": 2, **kw})
@@ -175,8 +177,8 @@ SPARSE = EngineResult(
 
 def test_assemble_client_matches_fuse_and_paginates():
     expected = fuse(
-        [(h.doc_id, h.score) for h in DENSE.hits], [(h.doc_id, h.score) for h in SPARSE.hits]
-    )
+        [(h.doc_id, h.score) for h in DENSE.hits], [(h.doc_id, h.score) for h in SPARSE.hits],
+        weights=(0.7, 0.3))
     page1 = assemble_client([DENSE, SPARSE], None, _req(k=2))
     page2 = assemble_client([DENSE, SPARSE], None, _req(k=2, from_=2))
     got = page1 + page2
@@ -191,7 +193,7 @@ def test_assemble_client_matches_fuse_and_paginates():
 
 def test_assemble_linear_normalises_inner_products():
     hits = assemble_client(
-        [DENSE, SPARSE], None, _req(k=4, config=fusion_config(semantics="linear"))
+        [DENSE, SPARSE], None, _req(k=4, config=fusion_config((0.7, 0.3), semantics="linear"))
     )
     ips = {"a": 3.0, "b": 2.0, "c": -1.0}
     b = next(h for h in hits if h.doc_id == "b")
@@ -253,7 +255,7 @@ def test_search_modules_leave_torch_out() -> None:
 def test_the_bm25_clause_keeps_at_most_its_term_limit():
     """The BM25 text is cut by analysed terms, not by whitespace words: a hyphenated word is
     several terms, an unspaced CJK run one term per ideograph, an emoji one term."""
-    from lr_opensearch.engine.adapter import TEXT_QUERY_MAX_TERMS, text_query_cut
+    from lr_opensearch.engine.clauses import TEXT_QUERY_MAX_TERMS, text_query_cut
 
     limit = TEXT_QUERY_MAX_TERMS
     exact = " ".join(f"w{i}" for i in range(limit))

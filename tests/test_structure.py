@@ -201,3 +201,49 @@ def test_the_leg_check_can_fail() -> None:
     source = 'x = "bm25"\ny = hit.dense_score\nf(bm25_weight=1)\n"""a dense docstring"""\n'
     found = leg_spellings('"""doc: dense"""\n' + source, legs)
     assert [f.split(": ", 1)[1] for f in found] == ["'bm25'", "'dense_score'", "'bm25_weight'"]
+
+
+META_HOME = REPO / "lr_opensearch" / "engine" / "templates.py"  # META_KEY = "lightretriever"
+
+
+def meta_key_spellings(source: str, key: str, where: str = "<src>") -> list[str]:
+    """String constants equal to the index ``_meta`` key (docstrings may name it)."""
+    return [f"{where}:{node.lineno}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and node.value == key]
+
+
+def test_the_meta_key_is_spelled_once() -> None:
+    """Every read and write of an index's ``_meta.lightretriever`` goes through
+    ``engine.templates.META_KEY`` (the adapter's ``index_meta`` / ``put_index_meta``), not
+    a literal of its own (the in-cluster room used to read the mapping by raw REST)."""
+    from lr_opensearch.engine.templates import META_KEY
+
+    bad = [hit for pkg in PACKAGES for path in sorted((REPO / pkg).rglob("*.py"))
+           if path != META_HOME
+           for hit in meta_key_spellings(path.read_text(), META_KEY, str(path.relative_to(REPO)))]
+    assert not bad, f"{META_KEY!r} spelled outside {META_HOME.relative_to(REPO)}: {bad}"
+    assert meta_key_spellings('"""lightretriever"""\nx = m["lightretriever"]\n', META_KEY) == \
+        ["<src>:1", "<src>:2"]
+
+
+def legs_shadowing(source: str, where: str = "<src>") -> list[str]:
+    """Parameters and assignments named ``legs`` in a module that imports the ``legs``
+    module (the name then means two things in one file)."""
+    tree = ast.parse(source)
+    imports_it = any(isinstance(n, ast.ImportFrom) and n.module == "lr_opensearch"
+                     and any(a.name == "legs" and a.asname is None for a in n.names)
+                     for n in ast.walk(tree))
+    if not imports_it:
+        return []
+    return [f"{where}:{n.lineno}" for n in ast.walk(tree)
+            if (isinstance(n, ast.arg) and n.arg == "legs")
+            or (isinstance(n, ast.Name) and n.id == "legs" and isinstance(n.ctx, ast.Store))]
+
+
+def test_the_legs_module_is_not_shadowed() -> None:
+    bad = [hit for pkg in PACKAGES for path in sorted((REPO / pkg).rglob("*.py"))
+           for hit in legs_shadowing(path.read_text(), str(path.relative_to(REPO)))]
+    assert not bad, f"'legs' rebound where the legs module is imported: {bad}"
+    assert legs_shadowing("from lr_opensearch import legs\ndef f(legs): legs = 1\n") == \
+        ["<src>:2", "<src>:2"]
+    assert legs_shadowing("def f(legs): pass\n") == []

@@ -22,7 +22,8 @@ from typing import Any
 
 from lr_opensearch.errors import LRError
 from trainer.checkpoint import load_weights, read_config, resolve_checkpoint
-from trainer.config import TrainConfig, config_from_dict, format_instruction, parse_override
+from trainer.config import TrainConfig, config_from_dict, format_instruction
+from trainer.config_io import parse_override
 from trainer.lora import merge_lora
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
             trained per-token table as it is.
     """
     from lr_opensearch.bundle.build import build_bundle_from_model
+    from lr_opensearch.bundle.fit import FitRecipe
 
     merge_lora(model)
     model.eval()
@@ -61,7 +63,7 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
         default_instruction=export.default_instruction,
         max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
         batch_size=export.batch_size, overwrite=overwrite, progress=progress,
-        fit_corpora=fit_corpora, **extra)
+        fit=FitRecipe(corpora=tuple(fit_corpora)), **extra)
     logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
     return path
 

@@ -34,7 +34,8 @@ import torch
 
 from lr_opensearch.errors import ConfigError, LRError, TrainingError
 from lr_opensearch.ur2n.model import LayerInputs, TokenBatch, UR2NModel
-from trainer.config import OptimSettings, SourceSettings, _build, _plain, read_config_data
+from trainer.config import OptimSettings, SourceSettings
+from trainer.config_io import build_settings, plain, read_config_data
 from trainer.data import TrainRecord, read_records
 from trainer.losses import build_loss
 
@@ -117,12 +118,12 @@ class UR2NTrainConfig:
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
 
-        return _plain(dataclasses.asdict(self))
+        return plain(dataclasses.asdict(self))
 
 
 def load_ur2n_config(path: str | Path | None, overrides: Sequence[str] = ()) -> UR2NTrainConfig:
     """Load a YAML/JSON UR²N config with ``key=value`` overrides (unknown keys are errors)."""
-    config: UR2NTrainConfig = _build(UR2NTrainConfig, read_config_data(path, overrides), "")
+    config: UR2NTrainConfig = build_settings(UR2NTrainConfig, read_config_data(path, overrides), "")
     checks = [(config.model.path is not None, "model.path must name a backbone"),
               (bool(config.data.sources), "data.sources is empty"),
               (config.run.steps >= 1 and config.run.batch_size >= 2,

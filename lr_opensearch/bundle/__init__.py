@@ -1,7 +1,8 @@
 """The model bundle: the directory that carries a LightRetriever model from the trainer (or
 ``lr bundle build``) to ingest and to the query side, loadable without executing code.
 
-- ``format``: ``BundleConfig``, ``save_bundle``, ``load_bundle``, ``Bundle`` (the one loader).
+- ``config``: ``BundleConfig`` (the model and how its vectors are used).
+- ``format``: ``save_bundle``, ``load_bundle``, ``Bundle`` (the one loader).
 - ``files``: hashing, table and tokenizer files.
 - ``keys``: the reversible, dot-free sparse key encoding shared by ingest and queries.
 - ``build`` (torch): a bundle from any HF checkpoint, or from a trained model.
@@ -11,6 +12,7 @@ Importing this package is light (numpy, tokenizers, safetensors); ``build`` is n
 
 from __future__ import annotations
 
+from lr_opensearch.bundle.config import BundleConfig
 from lr_opensearch.bundle.format import (
     DOC_ENCODER_DIR,
     FORMAT_NAME,
@@ -19,7 +21,6 @@ from lr_opensearch.bundle.format import (
     TABLES_DIR,
     TOKENIZER_FILE,
     Bundle,
-    BundleConfig,
     compute_bundle_id,
     load_bundle,
     save_bundle,

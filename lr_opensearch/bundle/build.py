@@ -28,11 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
-from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
-from lr_opensearch.bundle.fit import FitResult, fit_bundle_tables
-from lr_opensearch.bundle.pseudo import MAX_QUERIES
+from lr_opensearch.bundle.fit import FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -70,11 +67,7 @@ def build_bundle(
     batch_size: int = 256,
     overwrite: bool = False,
     progress: bool = True,
-    fit_corpora: Sequence[str | Path] = (),
-    fit_queries: Sequence[str | Path] = (),
-    fit_max_queries: int = MAX_QUERIES,
-    fit_distill: DistillConfig | None = DEFAULT_DISTILL,
-    encode_precision: str = DEFAULT_ENCODE_PRECISION,
+    fit: FitRecipe | None = None,
     device: str | None = None,
     **config_fields: Any,
 ) -> Path:
@@ -100,13 +93,9 @@ def build_bundle(
         batch_size: table rows per forward pass.
         overwrite: replace an existing bundle.
         progress: show progress bars.
-        fit_corpora: corpus files to fit the tables and IDF query weights to (none: the
-            unfitted table, count query weights); see ``build_bundle_from_model``.
-        fit_queries: optional real training query files added to the pseudo-queries.
-        fit_max_queries: cap on the fit's (pseudo-)queries.
-        fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
-        encode_precision: how the fit's full-model vectors are computed
-            (``options.ENCODE_PRECISIONS``).
+        fit: how the tables are fitted (``bundle.fit.FitRecipe``: corpora, queries, cap,
+            distillation, precision); None or no corpora: the unfitted table, count query
+            weights. See ``build_bundle_from_model``.
         device: the torch device of the table's and the fit's forwards (``cpu``, ``cuda``,
             ``cuda:1``); default the GPU if there is one, else the CPU, as ingest's
             ``DocEncoder`` (``model.doc_encoder.default_device``). The saved files do not
@@ -138,9 +127,8 @@ def build_bundle(
     return build_bundle_from_model(
         model, tokenizer, out_dir, instructions=instructions,
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
-        batch_size=batch_size, overwrite=overwrite, progress=progress, fit_corpora=fit_corpora,
-        fit_queries=fit_queries, fit_max_queries=fit_max_queries, fit_distill=fit_distill,
-        encode_precision=encode_precision, table_cache_key=model_files_key(source), **config_fields)
+        batch_size=batch_size, overwrite=overwrite, progress=progress, fit=fit,
+        table_cache_key=model_files_key(source), **config_fields)
 
 
 def model_files_key(model_dir: Path) -> str:
@@ -214,11 +202,7 @@ def build_bundle_from_model(
     batch_size: int = 256,
     overwrite: bool = False,
     progress: bool = True,
-    fit_corpora: Sequence[str | Path] = (),
-    fit_queries: Sequence[str | Path] = (),
-    fit_max_queries: int = MAX_QUERIES,
-    fit_distill: DistillConfig | None = DEFAULT_DISTILL,
-    encode_precision: str = DEFAULT_ENCODE_PRECISION,
+    fit: FitRecipe | None = None,
     table_cache_key: str | None = None,
     **config_fields: Any,
 ) -> Path:
@@ -234,14 +218,9 @@ def build_bundle_from_model(
         batch_size: table rows per forward pass.
         overwrite: replace an existing bundle.
         progress: show progress bars.
-        fit_corpora: corpus files (BEIR JSONL[.gz] or text); when given, every table is
-            fitted to pseudo-queries cut from them and the bundle ships IDF sparse query
-            weights; the manifest's ``fit`` records how.
-        fit_queries: optional real training query files added to the pseudo-queries.
-        fit_max_queries: cap on the fit's (pseudo-)queries.
-        fit_distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
-        encode_precision: how the fit's full-model vectors (pseudo-queries, documents) are
-            computed (``options.ENCODE_PRECISIONS``; the saved weights never change).
+        fit: with corpora, every table is fitted to pseudo-queries cut from them and the
+            bundle ships IDF sparse query weights; the manifest's ``fit`` records how
+            (``bundle.fit.FitRecipe``).
         table_cache_key: ``model_files_key`` of the directory the model was loaded from:
             the unfitted tables go through the table cache (none for a model in training).
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
@@ -260,20 +239,18 @@ def build_bundle_from_model(
         **config_fields)
     tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress,
                             model_key=table_cache_key)
-    weights, fit = None, None
-    if fit_corpora:
-        result = fit_tables(model, tokenizer, tables, instructions, max_length, fit_corpora,
-                            queries=fit_queries, max_queries=fit_max_queries, progress=progress,
-                            distill=fit_distill, precision=encode_precision,
-                            document_prompt=config.document_prompt)
-        tables, weights, fit = result.tables, result.idf, result.stats.to_dict()
+    weights, stats = None, None
+    if fit is not None and fit.enabled:
+        result = fit_tables(model, tokenizer, tables, instructions, max_length, fit,
+                            progress=progress, document_prompt=config.document_prompt)
+        tables, weights, stats = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
         model.save_pretrained(doc_dir)
         tokenizer.save(str(doc_dir / "tokenizer.json"))
         return save_bundle(out_dir, config, tokenizer=tokenizer, tables=tables,
                            doc_encoder_dir=doc_dir, overwrite=overwrite,
-                           sparse_weights=weights, fit=fit)
+                           sparse_weights=weights, fit=stats)
 
 
 def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
@@ -285,10 +262,8 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
-               instructions: Mapping[str, str], max_length: int, corpora: Sequence[str | Path], *,
-               queries: Sequence[str | Path] = (), max_queries: int = MAX_QUERIES,
-               progress: bool = True, distill: DistillConfig | None = None,
-               precision: str = DEFAULT_ENCODE_PRECISION, document_prompt: str = "") -> FitResult:
+               instructions: Mapping[str, str], max_length: int, recipe: FitRecipe, *,
+               progress: bool = True, document_prompt: str = "") -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
@@ -301,12 +276,12 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
 
     was_training = model.training
     encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=precision, document_prompt=document_prompt)
+                         precision=recipe.encode_precision, document_prompt=document_prompt)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
-                                 encoder.encode_dense, corpora,
-                                 queries=queries, max_queries=max_queries, progress=progress,
-                                 distill=distill,
+                                 encoder.encode_dense, recipe.corpora,
+                                 queries=recipe.queries, max_queries=recipe.max_queries,
+                                 progress=progress, distill=recipe.distill,
                                  embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)

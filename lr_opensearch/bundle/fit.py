@@ -44,6 +44,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from lr_opensearch.bundle.distill import (
+    DEFAULT_DISTILL,
     DistillConfig,
     distill_table,
     sample_doc_texts,
@@ -61,6 +62,7 @@ from lr_opensearch.bundle.pseudo import (
 )
 from lr_opensearch.bundle.ridge import TableFit, fit_table, token_bags
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
@@ -103,6 +105,35 @@ class FitStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class FitRecipe:
+    """How a bundle's query tables are fitted (``lr bundle build --fit-*``; one object where
+    ``build_bundle``, ``build_bundle_from_model`` and the table fit each repeated the list).
+
+    Attributes:
+        corpora: corpus files (BEIR JSONL[.gz] or text) the pseudo-queries are cut from and
+            the IDF query weights counted on; none: no fit (the unfitted table).
+        queries: real training query files added to the pseudo-queries.
+        max_queries: cap on the fit's (pseudo-)queries.
+        distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
+        encode_precision: how the full model's vectors of the fit are computed
+            (``options.ENCODE_PRECISIONS``; the saved weights never change).
+
+    >>> FitRecipe(corpora=("corpus.jsonl.gz",)).enabled
+    True
+    """
+
+    corpora: Sequence[str | Path] = ()
+    queries: Sequence[str | Path] = ()
+    max_queries: int = MAX_QUERIES
+    distill: DistillConfig | None = DEFAULT_DISTILL
+    encode_precision: str = DEFAULT_ENCODE_PRECISION
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.corpora)
 
 
 @dataclass(frozen=True)

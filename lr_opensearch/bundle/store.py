@@ -87,11 +87,12 @@ def fitted_bundle(corpus: str | Path, *, model: str | None = None, progress: boo
                     corpus.name)
         return out
     from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.bundle.fit import FitRecipe
 
     logger.info("building bundle %s: %s with its query table fitted on %s (once for this "
                 "corpus and model; minutes on a CPU; reused next time)", out,
                 model or default_model(), corpus)
-    return Path(build_bundle(model or default_model(), out, fit_corpora=[corpus],
+    return Path(build_bundle(model or default_model(), out, fit=FitRecipe(corpora=(corpus,)),
                              progress=progress))
 
 

@@ -24,14 +24,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "node": ("lr_opensearch.cli.node", "install, start, stop and inspect the local search node"),
     "bundle": ("lr_opensearch.cli.bundle", "build and inspect model bundles"),
     "index": ("lr_opensearch.cli.index", "create and inspect LightRetriever indices"),
-    "search": ("lr_opensearch.cli.search", "hybrid / dense / sparse search with explanations"),
+    "search": ("lr_opensearch.cli.search", "hybrid search (or one leg alone) with explanations"),
     "eval": ("lr_opensearch.cli.eval", "evaluate runs on a BEIR-format collection"),
     "demo": ("lr_opensearch.cli.demo", "the main job: node, bundle, ingest, search, end to end"),
     "dashboards": ("lr_opensearch.cli.dashboards", "saved objects for Dashboards / Kibana"),
     "models": ("lr_opensearch.cli.models", "LightRetriever query encoding inside the cluster "
                "(ml-commons): deploy, list, undeploy"),
-    "inspect": ("lr_opensearch.cli.inspect", "LR hybrid, dense, sparse and BM25 side by side in "
-                "the browser"),
+    "inspect": ("lr_opensearch.cli.inspect", "the hybrid and each of its legs side by side in the "
+                "browser"),
 }
 ENTRY_POINT_GROUP = "lr_opensearch.commands"
 

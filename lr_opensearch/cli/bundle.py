@@ -140,6 +140,7 @@ def distill_setting(epochs: int | None) -> Any:
 
 def run_build(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.bundle.fit import FitRecipe
     from lr_opensearch.bundle.pseudo import MAX_QUERIES
 
     if args.no_fit and (args.fit_corpus or args.fit_queries):
@@ -157,9 +158,11 @@ def run_build(args: argparse.Namespace) -> int:
         pooling=args.pooling, normalize=args.normalize, sparse_head=args.sparse_head,
         max_length=args.max_length, served_dim=args.served_dim, batch_size=args.batch_size,
         **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
-        overwrite=args.overwrite, fit_corpora=args.fit_corpus, fit_queries=args.fit_queries,
-        fit_max_queries=args.fit_max_queries or MAX_QUERIES,
-        fit_distill=distill_setting(args.fit_distill), encode_precision=args.encode_precision,
+        overwrite=args.overwrite,
+        fit=FitRecipe(corpora=tuple(args.fit_corpus or ()), queries=tuple(args.fit_queries or ()),
+                      max_queries=args.fit_max_queries or MAX_QUERIES,
+                      distill=distill_setting(args.fit_distill),
+                      encode_precision=args.encode_precision),
         device=args.device,
     )
     from lr_opensearch.bundle import load_bundle

@@ -9,9 +9,9 @@
 
 Indexes the corpus through the ingest library (an existing index is reused when its
 bundle matches and it holds the whole corpus), runs the judged queries in batches and
-writes ``report.json``, one TREC run file per run and ``sweep.png`` (a dense + sparse weight
-sweep, for display only: it never changes the bundle's default weights, which were chosen
-on SciFact train queries).
+writes ``report.json``, one TREC run file per run and ``sweep.png`` (a weight sweep of one
+leg against the bundle's other legs, for display only: it never changes the bundle's
+default weights, which were chosen on SciFact train queries).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lr_opensearch import legs
 from lr_opensearch.cli.common import (
     BUNDLE_ENV,
     add_bundle_arg,
@@ -70,6 +71,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             out_dir=out,
             sweep=not args.no_sweep,
+            sweep_leg=args.sweep_leg,
             split=args.split,
             url=args.url,
             instruction=args.instruction,
@@ -137,7 +139,11 @@ def register(subparsers: Any) -> None:
                    "bundle id>; write it with python -m ingest.token_index)")
     p.add_argument("--batch-size", type=int, default=32, help="queries per _msearch (default 32)")
     p.add_argument("--out", default=None, help="report directory (default results/eval/<dataset>)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the dense-weight sweep")
+    p.add_argument("--no-sweep", action="store_true", help="skip the weight sweep")
+    p.add_argument("--sweep-leg", default=None, choices=legs.names(), metavar="LEG",
+                   help="the leg whose weight the sweep moves from 0 to 1, the bundle's other "
+                   f"weighted legs sharing the rest (one of {', '.join(legs.names())}; default "
+                   "the bundle's first weighted leg)")
     p.add_argument(
         "--json", action="store_true", help="print each report as one JSON object on stdout"
     )

@@ -15,6 +15,7 @@ from lr_opensearch.cli.common import (
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
 from lr_opensearch.engine.calibration import DEFAULT_SAMPLE_DOCS
 from lr_opensearch.engine.client import ENGINE_NAMES
+from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
 
@@ -60,11 +61,11 @@ def index_info(client: Any, index: str) -> dict[str, Any]:
 
     adapter = make_adapter(client)
     mapping = adapter.index_mapping(index)
-    meta = mapping.get("_meta", {}).get("lightretriever", {})
+    meta = mapping.get("_meta", {}).get(META_KEY, {})
     stats = client.indices.stats(index=index, metric="docs,store")["_all"]["primaries"]
     settings = adapter.index_settings(index)
     props = mapping.get("properties", {})
-    return {"index": index, "engine": adapter.engine, "lightretriever": meta or None,
+    return {"index": index, "engine": adapter.engine, META_KEY: meta or None,
             "docs": stats["docs"]["count"], "store_bytes": stats["store"]["size_in_bytes"],
             "shards": int(settings["number_of_shards"]),
             "replicas": int(settings["number_of_replicas"]),
@@ -88,7 +89,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    meta = info["lightretriever"] or {}
+    meta = info[META_KEY] or {}
     print(f"index      {info['index']}  ({ENGINE_NAMES[info['engine']]})")
     print(f"documents  {info['docs']}  ({info['store_bytes'] / 1e6:.1f} MB primary store)")
     print(f"shards     {info['shards']} x (1 + {info['replicas']} replicas)")
@@ -109,7 +110,6 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
     directory on this machine (None: not here)."""
     from lr_opensearch.bundle.store import bundle_of_index
     from lr_opensearch.engine.factory import make_adapter
-    from lr_opensearch.engine.templates import META_KEY
     from lr_opensearch.errors import ConfigError
 
     adapter = make_adapter(client)
@@ -181,7 +181,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrated {args.index} on {cal.method['pseudo_queries']} pseudo-queries of "
           f"{cal.method['sampled_documents']} documents (seed {args.seed}; recorded in its "
           f"_meta): leg, top-1 mean / median, top-10 mean")
-    for key, leg in cal.legs.items():
+    for key, leg in cal.scales.items():
         print(f"  {key:<16} {leg.top1_mean:10.4g} {leg.top1_median:10.4g} {leg.top10_mean:10.4g}")
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lr_opensearch import legs
 from lr_opensearch.cli.common import (
     add_bundle_arg,
     add_connection_args,
@@ -30,7 +31,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     _check_free(args.host, args.port)
     client = client_from_args(args)
     app = create_app(bundle_path(args, client), args.index, k=args.k,
-                     candidates=args.candidates, client=client)
+                     candidates=args.candidates, client=client, slider=args.slider)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: serving on {args.host}: anyone who reaches it can search the index")
     print(f"lr inspect: http://{args.host}:{args.port}/  (index {args.index}; Ctrl-C stops)",
@@ -55,7 +56,8 @@ def _check_free(host: str, port: int) -> None:
 
 def register(subparsers: Any) -> None:
     """Add ``lr inspect`` to the ``lr`` dispatcher."""
-    p = subparsers.add_parser("inspect", help="look at LR hybrid, dense, sparse and BM25 side "
+    shown = ", ".join(legs.get(name).label for name in legs.names())
+    p = subparsers.add_parser("inspect", help=f"look at the hybrid and its legs ({shown}) side "
                               "by side in the browser", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_bundle_arg(p)
@@ -65,5 +67,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--k", type=int, default=10, help="hits per list (default %(default)s)")
     p.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES,
                    help="hits per leg for fusion (default %(default)s)")
+    p.add_argument("--slider", default=None, choices=legs.names(), metavar="LEG",
+                   help="the leg whose weight the page's slider moves, the other legs sharing "
+                   f"the rest (one of {', '.join(legs.names())}; default the bundle's first "
+                   "weighted leg)")
     add_connection_args(p)
     p.set_defaults(func=_cmd_inspect)

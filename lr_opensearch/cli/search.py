@@ -271,7 +271,7 @@ def register(subparsers: Any) -> None:
     """Add ``lr search`` to the ``lr`` dispatcher."""
     p = subparsers.add_parser(
         "search",
-        help="hybrid / dense / sparse search with explanations",
+        help="hybrid search (or one leg alone) with explanations",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

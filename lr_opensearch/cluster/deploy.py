@@ -33,7 +33,7 @@ from lr_opensearch.cluster.requests import CLUSTER_KEY
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
-from lr_opensearch.engine.templates import render_hybrid_pipeline
+from lr_opensearch.engine.templates import META_KEY, render_hybrid_pipeline
 from lr_opensearch.legs import fusion_config
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min
         "sparse_keys": bundle.config.key_encoding, "max_tokens": int(max_tokens),
         "sparse_min_idf": float(sparse_min_idf), "legs": list(config.legs),
         "weights": list(config.leg_weights),
-        "pipeline": pipeline_name(config).replace("lr-hybrid", f"lr-incluster-{bundle.bundle_id[:12]}"),
+        "pipeline": pipeline_name(config, prefix=f"lr-incluster-{bundle.bundle_id[:12]}"),
         "deployed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     return record
@@ -171,17 +171,16 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:
+    """The search pipeline, the record in the index's ``_meta.lightretriever`` (through the
+    engine adapter, as every other ``_meta`` write) and, asked, the default pipeline."""
     mlapi.request(client, "PUT", f"/_search/pipeline/{record['pipeline']}", pipeline_body(record),
                   what=f"creating search pipeline {record['pipeline']}")
-    mapping = mlapi.request(client, "GET", f"/{index}/_mapping", what=f"mapping of {index}")
-    meta = dict(next(iter(mapping.values()))["mappings"].get("_meta", {}))
-    meta["lightretriever"] = {**meta.get("lightretriever", {}), CLUSTER_KEY: record}
-    mlapi.request(client, "PUT", f"/{index}/_mapping", {"_meta": meta},
-                  what=f"recording the models in {index}'s _meta")
+    adapter = make_adapter(client)
+    meta = dict(adapter.index_mapping(index).get("_meta", {}))
+    meta[META_KEY] = {**meta.get(META_KEY, {}), CLUSTER_KEY: record}
+    adapter.put_index_meta(index, meta)
     if default_pipeline:
-        mlapi.request(client, "PUT", f"/{index}/_settings",
-                      {"index.search.default_pipeline": record["pipeline"]},
-                      what=f"setting {index}'s default search pipeline")
+        adapter.put_index_settings(index, {"search.default_pipeline": record["pipeline"]})
 
 
 def undeploy_bundle(client: Any, bundle_id: str | None = None, *,

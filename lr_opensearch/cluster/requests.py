@@ -22,26 +22,47 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.cluster import mlapi
-from lr_opensearch.engine.adapter import Filter
+from lr_opensearch.engine.adapter import EngineAdapter
+from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.legs import LegContext
+from lr_opensearch.legs import LegContext, fusion_config
 
 CLUSTER_KEY = "cluster"  # _meta.lightretriever.cluster
 
 
-def cluster_meta(client: Any, index: str) -> dict[str, Any]:
-    """The index's in-cluster record; a one-line EngineError when it has none."""
-    mapping: dict[str, Any] = mlapi.request(client, "GET", f"/{index}/_mapping",
-                                            what=f"mapping of {index}")
-    body: dict[str, Any] = next(iter(mapping.values()), {})
-    meta = body.get("mappings", {}).get("_meta", {})
-    record = meta.get("lightretriever", {}).get(CLUSTER_KEY)
+def cluster_meta(adapter: EngineAdapter, index: str,
+                 meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The index's in-cluster record, read from its ``_meta.lightretriever`` through the
+    adapter (``meta``: that block when the caller has read it already); a one-line
+    EngineError when it has none."""
+    if meta is None:
+        meta = adapter.index_meta(index)
+    record = meta.get(CLUSTER_KEY)
     if not record:
-        mlapi.require_ml(client)  # without the plugin, deploying would fail too: say that
+        mlapi.require_ml(adapter.client)  # without the plugin, deploying would fail too: say that
         raise EngineError(f"index {index!r} has no in-cluster query models; run `lr models deploy "
                           f"--bundle BUNDLE --index {index}` first, or search without --in-cluster")
     return dict(record)
+
+
+def serving_record(adapter: EngineAdapter, index: str,
+                   meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a text-only search of ``index`` needs: its in-cluster record (from ``meta``, its
+    ``_meta.lightretriever``, when already read), every model of it served, and an index
+    whose sparse field the cluster's sparse model writes (not the ``sparse_vector`` layout,
+    keyed by token id; the adapter knows the layout once ``check_bundle`` has read it)."""
+    if not isinstance(adapter, OpenSearchAdapter):
+        raise ConfigError(f"encode='cluster' needs OpenSearch with ml-commons; this cluster is "
+                          f"{adapter.engine} (docs/IN_CLUSTER.md says what Elasticsearch offers)")
+    record = cluster_meta(adapter, index, meta)
+    check_serving(adapter.client, record, index)
+    if adapter.sparse_layout == SPARSE_VECTOR:
+        raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} (token "
+                          "ids), which the in-cluster query models do not write; search it "
+                          "with encode='client'")
+    return record
 
 
 def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
@@ -60,28 +81,24 @@ def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
                               "again")
 
 
-def text_sub_queries(record: Mapping[str, Any], text: str, names: Sequence[str], *, k: int,
-                     filter: Filter = None, ef_search: int | None = None,
-                     model_ids: bool = True, adapter: OpenSearchAdapter | None = None,
-                     text_fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+def text_sub_queries(record: Mapping[str, Any], text: str, names: Sequence[str],
+                     ctx: LegContext, *, model_ids: bool = True,
+                     adapter: OpenSearchAdapter | None = None) -> list[dict[str, Any]]:
     """One text-only sub-query per leg, in ``names`` order, each built as the leg says
-    (``Leg.in_cluster``).
+    (``Leg.in_cluster``) with the same :class:`~lr_opensearch.legs.LegContext` the client
+    path builds its sub-queries with (knn ``k``, filter, ``ef_search``, BM25 fields).
 
     Args:
         record: the index's ``_meta.lightretriever.cluster``.
         text: the query text (sent as it is, inside JSON).
         names: the hybrid legs, as the client path orders them.
-        k: hits of knn legs (the client path's knn ``k``).
-        filter: a query clause (or list) applied to every leg.
-        ef_search: HNSW ``ef_search`` of knn legs.
+        ctx: the legs' context.
         model_ids: name the models (False: the index's enricher pipeline supplies them).
         adapter: the adapter whose fields the sub-queries use (default: the index layout's).
-        text_fields: the fields BM25 searches (None: title and text).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"a query must be a non-empty string, got {text!r}")
     adapter = adapter if adapter is not None else OpenSearchAdapter(None)
-    ctx = LegContext(k=int(k), filter=filter, ef_search=ef_search, text_fields=text_fields)
     out: list[dict[str, Any]] = []
     for name in names:
         leg = legs.get(name)
@@ -99,14 +116,14 @@ def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
     """The whole text-only ``_search`` body for the index's default pipeline (what any
     client sends: ``GET /<index>/_search`` with this body, or with ``?search_pipeline=``
     the record's pipeline when it is not the index default)."""
-    legs = record["legs"]
-    subs = text_sub_queries(record, text, legs, k=max(candidates, size), filter=filter,
-                            model_ids=model_ids)
-    query: dict[str, Any] = {"hybrid": {"queries": subs}}
-    if candidates > size:
-        query["hybrid"]["pagination_depth"] = int(candidates)
-    return {"size": int(size), "query": query,
-            "_source": {"excludes": [record["dense_field"], record["sparse_field"]]}}
+    adapter = OpenSearchAdapter(None)
+    subs = text_sub_queries(record, text, record["legs"],
+                            LegContext(k=max(candidates, size), filter=filter),
+                            model_ids=model_ids, adapter=adapter)
+    config = fusion_config(dict(zip(record["legs"], record["weights"], strict=True)))
+    return adapter.hybrid_body(subs, config, size=size, per_leg=candidates, inline_pipeline=False,
+                               source={"excludes": [record["dense_field"],
+                                                    record["sparse_field"]]})
 
 
 TEMPLATE_PARAM = "query_text"  # the one parameter of the stored search template
@@ -128,8 +145,8 @@ def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], 
     overrides it). ``GET /<index>/_search/template {"id": ..., "params": {"query_text":
     ...}}`` runs it."""
     adapter = OpenSearchAdapter(None)
-    subs = text_sub_queries(record, _SLOT, record["legs"], k=k, text_fields=text_fields,
-                            adapter=adapter)
+    subs = text_sub_queries(record, _SLOT, record["legs"],
+                            LegContext(k=k, text_fields=text_fields), adapter=adapter)
     body = adapter.calibrated_body(subs, [boosts[name] for name in record["legs"]], size=size,
                                    source={"excludes": [record["dense_field"],
                                                         record["sparse_field"]]})

@@ -6,13 +6,16 @@ encoding.
 
 - ``client``: ``connect`` (asks the cluster what it is), ``make_client`` / ``make_es_client``
   (URL, TLS, basic auth), cluster capabilities.
-- ``adapter``: the index's field names, the engine results, and ``EngineAdapter``: the shared
-  ``_msearch`` / ``_mget`` loop, request bodies, and index administration (exists, create,
-  the bundle check, settings, refresh, count, delete, bulk).
+- ``adapter``: the index's field names and ``EngineAdapter``: the shared ``_msearch`` /
+  ``_mget`` loop, request bodies, and index administration (exists, create, the bundle
+  check, ``_meta``, settings, refresh, count, delete, bulk).
+- ``clauses`` / ``results``: the body pieces and the engines' limits / what they answer.
 - ``opensearch`` / ``elasticsearch``: the two adapters side by side (each engine's
   spellings of the sub-queries, of hybrid search and of administration).
-- ``adapters``: ``make_adapter(client)`` and ``client_engine``, the one place that tells the
+- ``factory``: ``make_adapter(client)`` and ``client_engine``, the one place that tells the
   engines apart by client.
+- ``calibration``: the legs' score scales per index (``fusion="calibrated"``).
+- ``seismic``: the sparse field's layouts.
 - ``scores``: the knn max-inner-product score transform and its inverse.
 - ``templates``: index bodies and hybrid search pipelines rendered from
   ``index_templates/``; the ``_meta`` bundle rule.

@@ -1,6 +1,7 @@
-"""What the engine adapters share: field names, hits, filters, response parsing, the one
-chunked ``_msearch`` / ``_mget`` loop, and index administration (create, check the bundle,
-settings, refresh, bulk) for ingest, ``lr index`` and ``lr eval``.
+"""What the engine adapters share: field names, the one chunked ``_msearch`` / ``_mget``
+loop, search bodies, and index administration (create, check the bundle, settings, refresh,
+bulk) for ingest, ``lr index`` and ``lr eval``. The body pieces and the engines' limits are
+:mod:`lr_opensearch.engine.clauses`; what the engines answer, :mod:`lr_opensearch.engine.results`.
 
 :class:`EngineAdapter` is the base of :class:`~lr_opensearch.engine.opensearch.OpenSearchAdapter`
 and :class:`~lr_opensearch.engine.elasticsearch.ElasticsearchAdapter`, which add their query
@@ -11,14 +12,21 @@ DSL and the calls whose spelling differs between the two clients (``_send_msearc
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lr_opensearch.engine.clauses import (
+    MAX_CLAUSE_COUNT,
+    TEXT_QUERY_MAX_TERMS,
+    Filter,
+    boosted_clauses,
+    filter_clauses,
+    text_query_cut,
+)
+from lr_opensearch.engine.results import DocRef, EngineResult, parse_response, refusal, status_of
 from lr_opensearch.engine.templates import META_KEY, check_meta
 from lr_opensearch.errors import ConfigError, EngineError
 
@@ -39,144 +47,7 @@ METADATA_FIELD = "metadata"  # a record's extra keys
 DENSE_KIND, SPARSE_KIND = "dense", "sparse"
 VECTOR_FIELDS = {DENSE_KIND: DENSE_FIELD, SPARSE_KIND: SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
-# The engines refuse a query whose rewritten tree holds more than this many clauses:
-# OpenSearch's indices.query.bool.max_clause_count (default 1,024, Lucene's
-# IndexSearcher.maxClauseCount; dynamic since 2.16). tests/test_real_bundle.py reads it
-# from the node and runs queries of exactly that many clauses and one more.
-MAX_CLAUSE_COUNT = 1024
-# The engines refuse (HTTP 413) a request body larger than http.max_content_length, 100mb
-# (104,857,600 bytes) unless set in the node's config, OpenSearch and Elasticsearch alike;
-# the ingest's bulk requests stay well below it (indexing.config.DEFAULT_MAX_CHUNK_BYTES).
-# tests/test_real_bundle.py sends a body of exactly this size and one byte more.
-HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
-# Terms of a query text the BM25 clause keeps: multi_match makes one clause per analysed
-# term and field, and the sparse leg one per distinct token of the query's first 512
-# (query.tokens.DEFAULT_MAX_TOKENS): the two together stay within MAX_CLAUSE_COUNT
-TEXT_QUERY_MAX_TERMS = 256
-# At least as many pieces as the standard analyser makes terms (so counting them bounds the
-# clauses): each CJK ideograph or kana alone (the standard tokenizer emits one term per
-# ideograph and hiragana), a run of letters and digits (a hyphen, a dot, an underscore
-# ends it, where the analyser may join), any other symbol alone (emoji are terms)
-_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
-_TERM_PIECE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+|[^\w\s!-/:-@\[-`{{-~\u2000-\u206f\u3000-\u303f]")
-# queries whose spec is keyed by the field they search ({"match": {"text": {...}}}): a
-# boost goes inside the field's object
-FIELD_KEYED_QUERIES = ("match", "knn", "neural", "neural_sparse", "term")
 
-Filter = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
-
-
-def text_query_cut(text: str, max_terms: int = TEXT_QUERY_MAX_TERMS) -> int:
-    """Where to cut ``text`` so that the engine's analyser makes at most ``max_terms`` terms
-    of it (``len(text)``: keep it whole). Counts ``_TERM_PIECE``s, never fewer than the
-    terms, so a text of hyphenated words or an unspaced CJK run is cut as a spaced one."""
-    for n, piece in enumerate(_TERM_PIECE.finditer(text)):
-        if n == max_terms:  # the first piece over the limit
-            return piece.start()
-    return len(text)
-
-
-@dataclass(frozen=True)
-class EngineHit:
-    """One hit as the engine returned it (``index``: the concrete index that holds it; a
-    target of several indices, an alias or a wildcard may hold one ``_id`` more than once)."""
-
-    doc_id: str
-    score: float
-    source: Mapping[str, Any] | None
-    index: str | None = None
-
-    @property
-    def ref(self) -> DocRef:
-        return (self.index, self.doc_id)
-
-
-DocRef = tuple[str | None, str]  # (concrete index or None, _id): one document of a target
-
-
-@dataclass(frozen=True)
-class EngineResult:
-    """One search response: hits in engine order, time taken, whether it timed out."""
-
-    hits: list[EngineHit]
-    took_ms: int
-    timed_out: bool
-
-
-def filter_clauses(filter: Filter) -> list[dict[str, Any]]:
-    """A user's filter (one query clause or a list of clauses) as a list of clauses."""
-    if filter is None:
-        return []
-    if isinstance(filter, Mapping):
-        return [dict(filter)]
-    if isinstance(filter, Sequence) and all(isinstance(f, Mapping) for f in filter):
-        return [dict(f) for f in filter]
-    raise ConfigError(
-        f"filter must be a query clause (dict) or a list of clauses, got {type(filter).__name__}"
-    )
-
-
-def one_filter(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if not clauses:
-        return None
-    return clauses[0] if len(clauses) == 1 else {"bool": {"filter": clauses}}
-
-
-def vector_list(vector: np.ndarray | Sequence[float]) -> list[float]:
-    """A float32 vector as JSON-ready floats. vector: [d]."""
-    arr = np.asarray(vector, dtype=np.float32)
-    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-        raise ConfigError(f"a dense query vector must be 1-d and finite, got shape {arr.shape}")
-    return arr.tolist()
-
-
-def rank_feature_clauses(sparse: Mapping[str, float], field: str) -> list[dict[str, Any]]:
-    """One linear ``rank_feature`` clause per key, boost = query count (sorted by key)."""
-    clauses = []
-    for key in sorted(sparse):
-        count = float(sparse[key])
-        if count <= 0.0:
-            continue
-        clauses.append({"rank_feature": {"field": f"{field}.{key}", "boost": count, "linear": {}}})
-    return clauses
-
-
-def parse_response(resp: Mapping[str, Any], what: str) -> EngineResult:
-    """Turn one (m)search response into an EngineResult, or raise EngineError."""
-    if "error" in resp:
-        raise EngineError(f"{what} failed: {_reason(resp['error'])}")
-    shards = resp.get("_shards") or {}
-    if shards.get("failed"):
-        reasons = "; ".join(_reason(f.get("reason", f)) for f in shards.get("failures", [])[:3])
-        raise EngineError(f"{what}: {shards['failed']} shard(s) failed: {reasons}")
-    hits = [
-        EngineHit(str(h["_id"]), float(h["_score"]), h.get("_source"), h.get("_index"))
-        for h in resp.get("hits", {}).get("hits", [])
-    ]
-    timed_out = bool(resp.get("timed_out"))
-    if timed_out:
-        logger.warning("%s timed out; results are partial", what)
-    return EngineResult(hits, int(resp.get("took", 0)), timed_out)
-
-
-def merge_shards(parts: Sequence[EngineResult]) -> EngineResult:
-    """One leg's per-shard results as one list: every hit, best score first (stable, so a
-    shard's own order survives ties), the slowest shard's time, timed out if any did."""
-    hits = sorted((h for part in parts for h in part.hits), key=lambda h: -h.score)
-    return EngineResult(hits, max((p.took_ms for p in parts), default=0),
-                        any(p.timed_out for p in parts))
-
-
-def _reason(error: Any) -> str:
-    if isinstance(error, Mapping):
-        root = error.get("root_cause") or []
-        detail = root[0] if root else error
-        caused = error.get("caused_by", {})
-        text = f"{detail.get('type', '?')}: {detail.get('reason', error)}"
-        if isinstance(caused, Mapping) and caused.get("reason"):
-            text += f" (caused by {caused.get('type')}: {caused['reason']})"
-        return text
-    return str(error)
 
 
 class EngineAdapter:
@@ -219,7 +90,7 @@ class EngineAdapter:
         for a target of ``documents`` documents (None: fuse on the server)."""
         return None
 
-    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+    def hybrid_body(self, sub_queries: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body that the cluster fuses (only when the blocker says None):
@@ -256,52 +127,15 @@ class EngineAdapter:
         they can; :meth:`calibrated_body`)."""
         return None
 
-    def boosted_clauses(self, query: Mapping[str, Any], boost: float,
-                        filter: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
-        """``query`` (one leg's sub-query) as ``should`` clauses of one ``bool`` that score
-        ``boost`` x its score: a pure disjunction (the sparse leg's ``bool.should``) is
-        flattened, and the ``bool`` a leg wraps around itself to apply ``filter`` is dropped
-        (the one query applies it once), so the engine sees a flat disjunction it can skip
-        through (block-max WAND). Anything else keeps its form with the boost multiplied in."""
-        ((name, spec),) = query.items()
-        if name == "match_none":
-            return []
-        if name == "bool":
-            return self._boosted_bool(dict(spec), boost, [dict(f) for f in filter])
-        spec = dict(spec)
-        if name in FIELD_KEYED_QUERIES and len(spec) == 1 and "field" not in spec:
-            ((fld, inner),) = spec.items()
-            inner = dict(inner) if isinstance(inner, Mapping) else {"query": inner}
-            inner["boost"] = float(inner.get("boost", 1.0)) * boost
-            return [{name: {fld: inner}}]
-        spec["boost"] = float(spec.get("boost", 1.0)) * boost
-        return [{name: spec}]
-
-    def _boosted_bool(self, spec: dict[str, Any], boost: float,
-                      filter: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        whole = [{"bool": {**spec, "boost": float(spec.get("boost", 1.0)) * boost}}]
-        inner = float(spec.pop("boost", 1.0)) * boost
-        own = spec.pop("filter", [])
-        own = [own] if isinstance(own, Mapping) else list(own)
-        must, should = list(spec.pop("must", [])), list(spec.pop("should", []))
-        msm = spec.pop("minimum_should_match", None)
-        if spec or (own and own != filter):
-            return whole
-        if len(must) == 1 and not should:
-            return self.boosted_clauses(must[0], inner, filter)
-        if should and not must and msm in (None, 1, "1"):
-            return [c for q in should for c in self.boosted_clauses(q, inner, filter)]
-        return whole
-
-    def calibrated_body(self, legs: Sequence[Mapping[str, Any]], boosts: Sequence[float], *,
+    def calibrated_body(self, sub_queries: Sequence[Mapping[str, Any]], boosts: Sequence[float], *,
                         size: int, filter: Filter = None, source: Any = None,
                         timeout: str | None = None) -> dict[str, Any]:
         """One ``bool`` of the legs' clauses, each boosted (``boosts``: weight / the leg's
         calibrated scale, in leg order), the filter applied once, ``size`` hits: the
         ``calibrated`` fusion's one search (no pipeline, no candidates)."""
         flt = filter_clauses(filter)
-        should = [c for q, b in zip(legs, boosts, strict=True)
-                  for c in self.boosted_clauses(q, b, flt)]
+        should = [c for q, b in zip(sub_queries, boosts, strict=True)
+                  for c in boosted_clauses(q, b, flt)]
         query: dict[str, Any] = {"bool": {"should": should, "minimum_should_match": 1}}
         if flt:
             query["bool"]["filter"] = flt
@@ -585,21 +419,3 @@ class EngineAdapter:
         answer gives every action of it ``{"status": "N/A", "error": ..., "exception": ...}``.
         """
         raise NotImplementedError
-
-
-def refusal(exc: BaseException) -> str:
-    """An engine client's exception as words: HTTP 413 says which limit (the clients print
-    it as a bare ``TransportError(413, '')``), anything else as the client words it."""
-    if status_of(exc) == 413:
-        return (f"HTTP 413: the request is larger than the cluster's http.max_content_length "
-                f"({HTTP_MAX_CONTENT_LENGTH // 2**20}mb unless set in opensearch.yml / "
-                "elasticsearch.yml)")
-    return str(exc)
-
-
-def status_of(exc: BaseException) -> Any:
-    """The HTTP status of an engine client's exception (either client), or None."""
-    status = getattr(exc, "status_code", None)
-    if status is None:
-        status = getattr(getattr(exc, "meta", None), "status", None)
-    return status

@@ -105,15 +105,15 @@ class LegScale:
 class Calibration:
     """An index's scales per leg key (:func:`leg_key`) and how they were measured."""
 
-    legs: Mapping[str, LegScale]
+    scales: Mapping[str, LegScale]  # by leg key (_meta: "legs")
     method: Mapping[str, Any] = field(default_factory=dict)
 
     def scale(self, key: str, form: str = DEFAULT_CALIBRATION_FORM, *, index: str = "") -> float:
         """The scale of ``key``; the error says how to measure it."""
-        entry = self.legs.get(key)
+        entry = self.scales.get(key)
         if entry is None or entry.queries == 0:
             raise ConfigError(f"index {index!r} has no calibration for {key!r} (it has "
-                              f"{', '.join(sorted(self.legs)) or 'none'}); run `lr index "
+                              f"{', '.join(sorted(self.scales)) or 'none'}); run `lr index "
                               f"calibrate --index {index}` with that shape")
         value = entry.scale(form)
         if value <= 0.0:
@@ -129,7 +129,7 @@ class Calibration:
 
     def to_meta(self) -> dict[str, Any]:
         return {"format": CALIBRATION_FORMAT, "format_version": CALIBRATION_VERSION,
-                "legs": {k: vars(v) for k, v in self.legs.items()}, "method": dict(self.method)}
+                "legs": {k: vars(v) for k, v in self.scales.items()}, "method": dict(self.method)}
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any], index: str = "") -> Calibration:

@@ -33,15 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from elasticsearch import ApiError, TransportError
 
-from lr_opensearch.engine.adapter import (
-    DENSE_FIELD,
-    SPARSE_FIELD,
-    EngineAdapter,
-    Filter,
-    filter_clauses,
-    rank_feature_clauses,
-    vector_list,
-)
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.clauses import Filter, filter_clauses, rank_feature_clauses, vector_list
 from lr_opensearch.engine.seismic import RANK_FEATURES, check_layout
 from lr_opensearch.engine.templates import render_es_index_body
 from lr_opensearch.errors import ConfigError, EngineError
@@ -222,14 +215,14 @@ class ElasticsearchAdapter(EngineAdapter):
             return f"the Elasticsearch {caps.version} cluster cannot fuse: {caps.why_not}"
         return None
 
-    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+    def hybrid_body(self, sub_queries: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
                     timeout: str | None = None) -> dict[str, Any]:
         """One search body fusing the legs' queries with a ``linear`` (min-max normalised,
         weighted sum) or ``rrf`` retriever; every leg keeps its ``per_leg`` (default
         ``size``) best hits (``rank_window_size``), ``size`` come back."""
         window = max(int(size), int(per_leg or size))
-        children = [{"standard": {"query": dict(q)}} for q in legs]
+        children = [{"standard": {"query": dict(q)}} for q in sub_queries]
         if config.combination == "rrf":
             retriever: dict[str, Any] = {"rrf": {
                 "retrievers": children, "rank_constant": int(config.rank_constant),

@@ -32,17 +32,15 @@ import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import (
-    DENSE_FIELD,
-    SPARSE_FIELD,
-    EngineAdapter,
-    EngineResult,
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.clauses import (
     Filter,
     filter_clauses,
     one_filter,
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.engine.results import EngineResult
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
     COMPANION_SUFFIX,
@@ -69,12 +67,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-def pipeline_name(config: FusionConfig) -> str:
-    """A deterministic search-pipeline id per fusion settings, e.g. lr-hybrid-min_max-arithmetic_mean-7000-3000."""
-    legs = "-".join(str(int(round(w * 10_000))) for w in config.leg_weights)
+def pipeline_name(config: FusionConfig, prefix: str = "lr-hybrid") -> str:
+    """A deterministic search-pipeline id per fusion settings, e.g.
+    ``lr-hybrid-min_max-arithmetic_mean-4000-2000-4000`` (``prefix`` first)."""
+    tag = "-".join(str(int(round(w * 10_000))) for w in config.leg_weights)
     if config.combination == "rrf":
-        return f"lr-hybrid-rrf-{config.rank_constant}-{legs}"
-    return f"lr-hybrid-{config.normalization}-{config.combination}-{legs}"
+        return f"{prefix}-rrf-{config.rank_constant}-{tag}"
+    return f"{prefix}-{config.normalization}-{config.combination}-{tag}"
 
 
 class OpenSearchAdapter(EngineAdapter):
@@ -155,9 +154,9 @@ class OpenSearchAdapter(EngineAdapter):
         clauses = filter_clauses(filter)
         return {"bool": {"must": [query], "filter": clauses}} if clauses else query
 
-    def hybrid_query(self, *legs: Mapping[str, Any]) -> dict[str, Any]:
+    def hybrid_query(self, *sub_queries: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side hybrid of the legs' sub-queries (filters are inside each)."""
-        return {"hybrid": {"queries": [dict(q) for q in legs]}}
+        return {"hybrid": {"queries": [dict(q) for q in sub_queries]}}
 
     # ---- cluster -------------------------------------------------------------------
     def capabilities(self) -> Any:
@@ -216,17 +215,19 @@ class OpenSearchAdapter(EngineAdapter):
                 "query scores every match of every leg (no skipping before "
                 f"{'.'.join(map(str, HYBRID_SKIPS_FROM))}); each leg searched alone skips")
 
-    def hybrid_body(self, legs: Sequence[Mapping[str, Any]], config: FusionConfig, *,
+    def hybrid_body(self, sub_queries: Sequence[Mapping[str, Any]], config: FusionConfig, *,
                     size: int, per_leg: int | None = None, source: Any = None,
-                    timeout: str | None = None) -> dict[str, Any]:
+                    timeout: str | None = None, inline_pipeline: bool = True) -> dict[str, Any]:
         """One search body: the ``hybrid`` query of the legs with its normalization
         pipeline inline; ``per_leg`` > ``size`` becomes the hybrid query's
-        ``pagination_depth`` (hits each sub-query collects per shard)."""
-        query = self.hybrid_query(*legs)
+        ``pagination_depth`` (hits each sub-query collects per shard). ``inline_pipeline``
+        False leaves the pipeline out: the index's default search pipeline fuses (the
+        text-only body of in-cluster encoding, whose pipeline also names the models)."""
+        query = self.hybrid_query(*sub_queries)
         if per_leg is not None and per_leg > size:
             query["hybrid"]["pagination_depth"] = int(per_leg)
         return self.body(query, size=size, source=source, timeout=timeout,
-                         pipeline=self.hybrid_pipeline(config))
+                         pipeline=self.hybrid_pipeline(config) if inline_pipeline else None)
 
     def hybrid_pipeline(self, config: FusionConfig) -> dict[str, Any]:
         """The normalization search pipeline for these fusion settings, sent inline.

@@ -160,13 +160,16 @@ def render_hybrid_pipeline(*weights: float, technique: str = "min_max",
     """The search-pipeline body for the ``hybrid`` query, one weight per sub-query.
 
     Args:
-        weights: combination weights in sub-query order (default 0.7, 0.3: dense, sparse).
+        weights: combination weights in sub-query order (the searched legs in the
+            registry's order, ``FusionConfig.leg_weights``); at least one.
         technique: normalization (``min_max``, ``l2``); ignored for RRF.
         combination: ``arithmetic_mean``, ``geometric_mean``, ``harmonic_mean`` or ``rrf``.
         rank_constant: RRF's k (only for ``combination="rrf"``).
     """
     choice("combination", combination, COMBINATIONS)
-    values = [float(w) for w in (weights or (0.7, 0.3))]
+    values = [float(w) for w in weights]
+    if not values:
+        raise ConfigError("a hybrid pipeline needs one weight per sub-query; got none")
     if min(values) < 0 or sum(values) <= 0:
         raise ConfigError(f"weights {values} must be >= 0 and not all 0")
     if combination == "rrf":

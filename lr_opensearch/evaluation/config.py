@@ -83,7 +83,8 @@ class EvalConfig:
     depth: hits retrieved per query (R@100 needs 100).
     batch_size: queries per ``_msearch`` / encoder batch.
     out_dir: where report.json, runs/*.trec and sweep.png go (None: nothing written).
-    sweep: compute the dense-weight sweep (needs the lr-dense and lr-sparse runs).
+    sweep: compute the weight sweep (needs the one-leg runs of the bundle's weighted legs).
+    sweep_leg: the leg whose weight the sweep moves (None: the bundle's first weighted leg).
     url: cluster URL given to ingest when the corpus must be indexed.
     instruction: the bundle's instruction (table) name for every query; None: the table
         named after the dataset if the bundle has one, else its default
@@ -95,6 +96,7 @@ class EvalConfig:
     batch_size: int = 32
     out_dir: Path | None = None
     sweep: bool = True
+    sweep_leg: str | None = None
     split: str = "test"
     url: str | None = None
     instruction: str | None = None

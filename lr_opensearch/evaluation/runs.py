@@ -27,8 +27,10 @@ Runs (names as in the JSON report):
 
 QPS = queries / wall seconds of the whole run (encoding + ``_msearch`` + fusion) in
 batches. Runs with a model at query time also report ``ms_per_query`` per stage
-(``encode``: the UR²N query forward; ``rerank``; ``first_stage``: the rest). The weight sweep re-fuses the ``lr-dense`` and ``lr-sparse`` lists client side for
-dense weights 0..1; it is for display only and never changes the defaults.
+(``encode``: the UR²N query forward; ``rerank``; ``first_stage``: the rest). The weight
+sweep re-fuses the one-leg runs of the bundle's hybrid legs client side as one leg's weight
+goes 0..1 (``EvalConfig.sweep_leg``, default the first weighted leg; the others share the
+rest in the bundle's proportions); it is for display only and never changes the defaults.
 """
 
 from __future__ import annotations
@@ -38,13 +40,12 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch import legs
-from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.evaluation.beir import (
     Dataset,
@@ -220,30 +221,31 @@ class _FullQueries:
         return self.encode(texts)
 
 
-def weight_sweep(
-    dense: Run, sparse: Run, qrels: dict[str, dict[str, int]], depth: int
-) -> dict[str, Any]:
-    """nDCG@10 / R@100 of client fusion for dense weights 0..1, both semantics.
-
-    ``dense`` holds inner products (lr-dense scores); the ``opensearch`` semantics fuses the
-    engine's transformed score, as the server would.
+def weight_sweep(runs: Mapping[str, Run], weights: Mapping[str, float], swept: str,
+                 qrels: dict[str, dict[str, int]], depth: int) -> dict[str, Any]:
+    """nDCG@10 / R@100 of client fusion as leg ``swept``'s weight goes 0..1 (the other legs
+    of ``weights`` share the rest, :func:`lr_opensearch.legs.move_weight`), both semantics, re-fusing the legs'
+    one-leg runs (``runs``: leg -> run, scores as each leg reads them; the ``opensearch``
+    semantics fuses them back as engine scores, ``Leg.engine_score``, as the server would).
     """
-    curves: dict[str, Any] = {"dense_weight": list(SWEEP_WEIGHTS)}
+    for leg in (swept, *(n for n, v in weights.items() if v > 0.0)):
+        if leg not in runs:
+            raise ConfigError(f"the weight sweep needs the {legs.get(leg).run} run of leg {leg}")
+    curves: dict[str, Any] = {"leg": swept, "weight": list(SWEEP_WEIGHTS)}
     for semantics in ("opensearch", "linear"):
         ndcg, recall = [], []
         for w in SWEEP_WEIGHTS:
+            point = legs.move_weight(weights, swept, w)
             run: Run = {}
             for qid in qrels:
-                d = dense.get(qid, [])
-                if semantics == "opensearch":
-                    d = [(doc, score_from_inner_product(s)) for doc, s in d]
-                fused = fuse(
-                    d,
-                    sparse.get(qid, []),
-                    weights=(w, round(1.0 - w, 1)),
-                    semantics=semantics,
-                    k=depth,
-                )
+                lists = {}
+                for leg in point:
+                    hits = runs[leg].get(qid, [])
+                    if semantics == "opensearch":
+                        back = legs.get(leg).engine_score
+                        hits = [(doc, back(s)) for doc, s in hits]
+                    lists[leg] = hits
+                fused = fuse(lists, weights=point, semantics=semantics, k=depth)
                 run[qid] = [(h.doc_id, h.score) for h in fused]
             m = compute_metrics(qrels, run)
             ndcg.append(m["ndcg@10"])
@@ -259,11 +261,12 @@ def plot_sweep(curves: dict[str, Any], path: Path, title: str, default_weight: f
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    label = legs.get(curves["leg"]).label
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for semantics, style in (("opensearch", "-o"), ("linear", "--s")):
         for metric in ("ndcg@10", "recall@100"):
             ax.plot(
-                curves["dense_weight"],
+                curves["weight"],
                 curves[semantics][metric],
                 style,
                 markersize=3,
@@ -272,7 +275,7 @@ def plot_sweep(curves: dict[str, Any], path: Path, title: str, default_weight: f
     ax.axvline(
         default_weight, color="grey", linestyle=":", label=f"default {default_weight} (not tuned)"
     )
-    ax.set_xlabel("dense weight (sparse = 1 - dense)")
+    ax.set_xlabel(f"{label} weight (the other legs share the rest in the bundle's proportions)")
     ax.set_ylabel("score")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -341,18 +344,18 @@ def evaluate(
                 seconds, len(dataset.queries))
         if config.out_dir is not None:
             write_trec(config.out_dir / "runs" / f"{name}.trec", run, name)
-    if config.sweep and {"lr-dense", "lr-sparse"} <= set(results):
-        curves = weight_sweep(
-            results["lr-dense"][0], results["lr-sparse"][0], dataset.qrels, config.depth
-        )
+    weights = bundle_weights(bundle.config)
+    swept = config.sweep_leg or next((n for n, w in weights.items() if w > 0.0), None)
+    leg_of = leg_runs()
+    have = {leg_of[name]: run for name, (run, _) in results.items() if name in leg_of}
+    hybrid = [n for n, w in weights.items() if w > 0.0]
+    if config.sweep and swept and len(set(hybrid) | {swept}) > 1 and \
+            all(leg in have for leg in {*hybrid, swept}):
+        curves = weight_sweep(have, weights, swept, dataset.qrels, config.depth)
         report["sweep"] = curves
         if config.out_dir is not None:
-            png = plot_sweep(
-                curves,
-                config.out_dir / "sweep.png",
-                f"{dataset.name}: weight sweep",
-                bundle_weights(bundle.config)[legs.names()[0]],
-            )
+            png = plot_sweep(curves, config.out_dir / "sweep.png",
+                             f"{dataset.name}: weight sweep", weights.get(swept, 0.0))
             report["sweep_plot"] = str(png)
     if config.out_dir is not None:
         config.out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lr_opensearch.engine.adapter import HTTP_MAX_CONTENT_LENGTH
+from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
 from lr_opensearch.engine.seismic import SeismicIndexParams
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import (

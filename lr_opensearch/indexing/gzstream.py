@@ -9,6 +9,9 @@ zlib raises on corrupt data without handing over what it decompressed in the sam
 when a step fails the stream goes back to the state before it and feeds the damaged read
 one byte at a time: every byte before the damage comes out, and ``consumed`` says where
 the damage starts in the file.
+
+Also the file facts the reader and the progress bar use: ``is_gzip``, ``count_lines``,
+``damage_at``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import io
 import zlib
 from typing import IO
+
+from .config import STDIN
 
 CHUNK = 1 << 16  # compressed bytes read at a time
 OUT = 1 << 20  # most decompressed bytes produced per step (bounds memory)
@@ -82,3 +87,27 @@ class GzipStream(io.RawIOBase):
             return True
         self._input = (self._d.unused_data if self._d.eof else self._d.unconsumed_tail) + rest
         return True
+
+
+def is_gzip(path: str) -> bool:
+    """Whether the file at ``path`` is gzip (by its magic bytes; ``-``, stdin: no)."""
+    if path == STDIN:
+        return False
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def count_lines(path: str) -> int:
+    """Number of lines of a plain (not gzip) file, counted in 1 MiB blocks."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def damage_at(stream: IO[bytes]) -> int | None:
+    """Where a ``.gz`` corpus stopped decompressing (bytes of the file), else None."""
+    gz = getattr(stream, "raw", None)
+    return gz.consumed if isinstance(gz, GzipStream) else None

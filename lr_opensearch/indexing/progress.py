@@ -11,7 +11,8 @@ from typing import Any
 from lr_opensearch.progress import progress_bar
 
 from .config import IngestConfig
-from .reader import CorpusReader, count_lines, is_gzip
+from .gzstream import count_lines, is_gzip
+from .reader import CorpusReader
 
 POSTFIX_EVERY_S = 0.5
 

@@ -37,7 +37,7 @@ from lr_opensearch.errors import CorpusError, IngestError
 from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
-from .gzstream import GzipStream
+from .gzstream import GzipStream, damage_at
 
 MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
 EXCERPT_CHARS = 200  # how much of a bad line goes into the dead-letter file
@@ -172,23 +172,6 @@ def check_not_empty(path: str) -> None:
         raw.close()
     raise CorpusError(f"corpus file {path} holds no documents (it is empty or blank); give "
                       "a JSONL file with one JSON object per line")
-
-
-def is_gzip(path: str) -> bool:
-    if path == STDIN:
-        return False
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
-def count_lines(path: str) -> int:
-    """Number of lines of a plain (not gzip) file, counted in 1 MiB blocks."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
 
 
 class CorpusReader:
@@ -335,12 +318,6 @@ class CorpusReader:
 
     def _mine_by_line(self, line_no: int) -> bool:
         return line_no % self.workers == self.worker_id
-
-
-def damage_at(stream: IO[bytes]) -> int | None:
-    """Where a ``.gz`` corpus stopped decompressing (bytes of the file), else None."""
-    gz = getattr(stream, "raw", None)
-    return gz.consumed if isinstance(gz, GzipStream) else None
 
 
 # a JSON escape of a UTF-16 surrogate (U+D800-U+DFFF): valid JSON, but text only in pairs

@@ -218,7 +218,8 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
                 encoder = DocEncoder.from_bundle(bundle, device=config.device,
                                                  batch_size=config.batch_size,
                                                  precision=config.encode_precision)
-            _load(config, adapter, encoder, bundle, ck, state, dl, summary)
+            _load(_Load(config, adapter, bundle, ck, state, dl, summary,
+                         Watermark(state.line, state.offset, state.counts)), encoder)
     finally:
         dl.close()
     end_load(adapter, config, ck, state)
@@ -244,22 +245,47 @@ def _calibrate(adapter: EngineAdapter, config: IngestConfig, bundle: Bundle) -> 
                        "`lr index calibrate --index %s`", exc, config.index)
 
 
-def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bundle, ck: CheckpointFile | None,
-          state: CheckpointState, dl: DeadLetter, summary: IngestSummary) -> None:
-    """Read, encode and write everything after the checkpoint; updates ``state``/``summary``."""
-    wm = Watermark(state.line, state.offset, state.counts)
+@dataclass
+class _Load:
+    """What one run's load works with, passed as one object (they went down two levels as
+    eight arguments), and the one checkpoint save."""
 
-    def save_checkpoint() -> None:
-        # the chunk was acknowledged by this copy of the index, not by one the engine
-        # created from the writes after the index was deleted
-        check_same_copy(adapter, config.index, state.index_uuid)
-        if wm.advance() and ck is not None:
-            dl.sync()
-            state.line, state.offset, state.counts = wm.snapshot()
-            ck.save(state)
+    config: IngestConfig
+    adapter: EngineAdapter
+    bundle: Bundle
+    ck: CheckpointFile | None
+    state: CheckpointState
+    dl: DeadLetter
+    summary: IngestSummary
+    wm: Watermark
 
+    def record(self, *, final: bool = False) -> None:
+        """Move the watermark up to the lines whose every outcome is known and, when it
+        moved (or at the end), sync the dead letters and save the checkpoint: a saved line
+        never runs ahead of its dead letters."""
+        moved = self.wm.advance()
+        if not final and (not moved or self.ck is None):
+            return
+        self.dl.sync()
+        self.state.line, self.state.offset, self.state.counts = self.wm.snapshot()
+        if self.ck is not None:
+            self.ck.save(self.state)
+
+    def chunk_done(self) -> None:
+        """After each acknowledged chunk: the chunk was acknowledged by this copy of the
+        index, not by one the engine created from the writes after the index was deleted;
+        then the checkpoint."""
+        check_same_copy(self.adapter, self.config.index, self.state.index_uuid)
+        self.record()
+
+
+def _load(run: _Load, encoder: Any) -> None:
+    """Read, encode and write everything after the checkpoint; updates the run's state and
+    summary."""
+    config, adapter, bundle, state, dl, wm = (run.config, run.adapter, run.bundle, run.state,
+                                              run.dl, run.wm)
     writer = BulkWriter(adapter, config.index, watermark=wm, dead_letter=dl,
-                        on_chunk_done=save_checkpoint, retry=config.retry,
+                        on_chunk_done=run.chunk_done, retry=config.retry,
                         queue_chunks=config.queue_chunks,
                         max_chunk_bytes=config.max_chunk_bytes).start()
     keys = SparseKeys(bundle.tokenizer, config.sparse_layout or RANK_FEATURES)
@@ -294,11 +320,8 @@ def _load(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: Bu
     except BaseException:
         writer.abort()  # no writes after run() has failed
         raise
-    wm.advance()
-    dl.sync()
-    state.line, state.offset, state.counts = wm.snapshot()
-    if ck is not None:
-        ck.save(state)
+    run.record(final=True)
+    summary = run.summary
     summary.elapsed_s = time.perf_counter() - t0
     summary.docs_this_run = pipeline.encoded
     summary.encode_s, summary.wait_s = pipeline.encode_s, pipeline.wait_s

@@ -15,7 +15,6 @@ the page shows the message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,21 +64,6 @@ def _hit_json(hit: Any) -> dict[str, Any]:
     return out
 
 
-def split_weights(defaults: Mapping[str, float], weight: float) -> dict[str, float]:
-    """The slider's leg (the first) gets ``weight``; the other legs share the rest in the
-    defaults' proportions (a bundle of that leg alone: the next leg gets the rest)."""
-    first, second = legs.names()[:2]
-    weight = min(1.0, max(0.0, float(weight)))
-    others = {leg: w for leg, w in defaults.items() if leg != first and w > 0}
-    total = sum(others.values())
-    out = {first: weight}
-    for leg, w in others.items():
-        out[leg] = (1.0 - weight) * w / total if total else 0.0
-    if not others:
-        out[second] = 1.0 - weight
-    return out
-
-
 def full_model_available(bundle: Bundle) -> bool:
     """Whether the bundle's full document encoder can run here (torch and its weights)."""
     import importlib.util
@@ -89,11 +73,12 @@ def full_model_available(bundle: Bundle) -> bool:
 
 def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: str = "auto",
                k: int = 10, candidates: int = DEFAULT_CANDIDATES, client: Any = None,
-               full: bool | None = None) -> Any:
+               full: bool | None = None, slider: str | None = None) -> Any:
     """The Flask app for ``index`` searched with the bundle at ``bundle_path``: the fused
     list and one list per leg whose input can be made here (the ``full_dense`` leg's when the
     bundle's document encoder can run here, loaded on the first search; ``full`` forces
-    it on or off)."""
+    it on or off). ``slider``: the leg whose weight the slider moves, the others sharing the
+    rest (:func:`lr_opensearch.legs.move_weight`; None: the bundle's first weighted leg)."""
     from flask import Flask, jsonify, render_template, request
 
     from lr_opensearch.bundle import load_bundle
@@ -104,7 +89,8 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
     app = Flask(__name__)
     bundle = load_bundle(bundle_path)
     defaults = bundle_weights(bundle.config)
-    slider = legs.names()[0]
+    slider = slider or next(name for name, w in defaults.items() if w > 0.0)
+    legs.get(slider)  # an unknown leg: the registry's one-line error, before serving
     state: dict[str, Any] = {"retriever": None, "full_model": None}
     with_full = full_model_available(bundle) if full is None else full
 
@@ -132,6 +118,7 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
     def page() -> Any:
         return render_template("inspect.html", index=index, bundle=bundle.bundle_id,
                                bundle_path=str(bundle.path), slider=slider,
+                               slider_label=legs.get(slider).label,
                                slider_weight=defaults.get(slider, 0.0), k=k,
                                lists=[(leg.name, leg.label) for leg in shown],
                                baseline_label=legs.baseline().label)
@@ -148,7 +135,7 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
             return jsonify({"error": "type a query first: the query is empty"}), 400
         try:
             r = retriever()
-            weights = split_weights(defaults, weight)
+            weights = legs.move_weight(defaults, slider, weight)
             lists = {legs.HYBRID: r.search(text, k=k, weights=weights, explain=True)}
             for leg in shown:
                 lists[leg.name] = r.search(text, k=k, mode=leg.name, explain=True)

@@ -36,9 +36,15 @@ from lr_opensearch.legs.registry import (
     register,
     unregister,
 )
-from lr_opensearch.legs.weights import default_weights, parse_weights, validate_weights, weights_of
+from lr_opensearch.legs.weights import (
+    default_weights,
+    move_weight,
+    parse_weights,
+    validate_weights,
+    weights_of,
+)
 
 __all__ = ["DEFAULT_RANK_CONSTANT", "ENCODED_INPUTS", "FULL_QUERY_VECTOR", "HYBRID", "QUERY_TEXT", "QUERY_VECTOR",
            "TOKEN_WEIGHTS", "FusionConfig", "Leg", "LegContext", "baseline", "default_weights",
-           "fusion_config", "get", "modes", "names", "parse_weights", "reference_weights", "register",
+           "fusion_config", "get", "modes", "move_weight", "names", "parse_weights", "reference_weights", "register",
            "unregister", "validate_weights", "weights_of"]

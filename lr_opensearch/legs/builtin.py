@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lr_opensearch.engine.scores import inner_product_from_score
+from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.legs.leg import (
     FULL_QUERY_VECTOR,
     QUERY_TEXT,
@@ -68,8 +68,9 @@ def _text_in_cluster(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext
 
 DENSE = Leg(
     name="dense", label="LR dense", input=QUERY_VECTOR, needs="dense query vectors",
-    sub_query=knn_sub_query, default_weight=0.4, score=inner_product_from_score, score_label="ip",
-    linear_reads_score=True, run="lr-dense", in_cluster=_neural,
+    sub_query=knn_sub_query, default_weight=0.4, score=inner_product_from_score,
+    engine_score=score_from_inner_product, score_label="ip", linear_reads_score=True,
+    run="lr-dense", in_cluster=_neural,
 )
 SPARSE = Leg(
     name="sparse", label="LR sparse", input=TOKEN_WEIGHTS, needs="sparse query maps",
@@ -85,8 +86,8 @@ BM25 = Leg(
 FULL = Leg(
     name="full_dense", label="full model, dense", input=FULL_QUERY_VECTOR,
     needs="the full model's query vectors (input_encoders)", sub_query=knn_sub_query,
-    score=inner_product_from_score, score_label="ip", linear_reads_score=True,
-    run="full-dense", reference_for=DENSE.name,
+    score=inner_product_from_score, engine_score=score_from_inner_product, score_label="ip",
+    linear_reads_score=True, run="full-dense", reference_for=DENSE.name,
 )
 
 BUILTIN = (DENSE, SPARSE, BM25, FULL)  # in the hybrid query's sub-query order

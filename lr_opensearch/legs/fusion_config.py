@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.legs.weights import validate_weights
+from lr_opensearch.legs.weights import default_weights, validate_weights
 from lr_opensearch.options import COMBINATIONS, NORMALIZATIONS, SEMANTICS, choice
 
 DEFAULT_RANK_CONSTANT = 60
@@ -44,13 +44,14 @@ class FusionConfig:
 
 
 def fusion_config(
-    weights: Sequence[float] | Mapping[str, float] = (0.7, 0.3),
+    weights: Sequence[float] | Mapping[str, float] | None = None,
     semantics: str = "opensearch",
     normalization: str = "min_max",
     combination: str = "arithmetic_mean",
     rank_constant: int = DEFAULT_RANK_CONSTANT,
 ) -> FusionConfig:
-    """Validate fusion settings; every error lists the valid options."""
+    """Validate fusion settings; every error lists the valid options. ``weights`` None:
+    each registered leg's ``default_weight`` (:func:`~lr_opensearch.legs.weights.default_weights`)."""
     choice("fusion semantics", semantics, SEMANTICS)
     choice("normalization", normalization, NORMALIZATIONS)
     choice("combination", combination, COMBINATIONS)
@@ -65,5 +66,7 @@ def fusion_config(
         or not (1 <= rank_constant <= 10_000)
     ):
         raise ConfigError(f"rank_constant must be an integer in [1, 10000], got {rank_constant!r}")
+    if weights is None:
+        weights = default_weights()
     return FusionConfig(validate_weights(weights, semantics), semantics, normalization,
                         combination, rank_constant)

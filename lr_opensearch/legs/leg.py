@@ -73,6 +73,8 @@ class Leg:
         sub_query: ``(adapter, input value, LegContext) -> engine sub-query``.
         default_weight: weight in new bundles (0: not searched unless weighted).
         score: engine score -> the score shown (``Hit.scores``, explain).
+        engine_score: the inverse of ``score``: a score shown -> the engine's (the weight
+            sweep of ``lr eval`` re-fuses one-leg runs as the server would).
         score_label: what the score shown is, where that is not obvious ("ip").
         run: the name of its one-leg run in ``lr eval`` ("lr-dense").
         in_cluster: ``(adapter, query text, LegContext, model id or None) -> sub-query``:
@@ -93,6 +95,7 @@ class Leg:
     sub_query: Callable[[SubQueryBuilder, Any, LegContext], dict[str, Any]]
     default_weight: float = 0.0
     score: Callable[[float], float] = _same
+    engine_score: Callable[[float], float] = _same
     score_label: str = ""
     run: str = ""
     in_cluster: Callable[[ClusterSubQueryBuilder, str, LegContext, str | None],

@@ -22,6 +22,21 @@ def default_weights() -> dict[str, float]:
     return {name: get(name).default_weight for name in names()}
 
 
+def move_weight(weights: Mapping[str, float], leg: str, weight: float) -> dict[str, float]:
+    """``weights`` with ``leg`` at ``weight`` (clipped to [0, 1]) and the other weighted legs
+    sharing ``1 - weight`` in their own proportions (dense 0.4 / sparse 0.2 / BM25 0.4 with
+    BM25 at 0.7: dense 0.2, sparse 0.1). With no other weighted leg, the others' default
+    weights give the proportions. The weight sweep of ``lr eval`` and the inspector's slider."""
+    weight = min(1.0, max(0.0, float(weight)))
+    others = {name: w for name, w in weights.items() if name != leg and w > 0.0}
+    if not others:
+        others = {name: w for name, w in default_weights().items() if name != leg and w > 0.0}
+    total = sum(others.values())
+    out = {name: (1.0 - weight) * w / total for name, w in others.items()} if total else {}
+    out[leg] = weight
+    return out
+
+
 def _as_mapping(weights: Sequence[float] | Mapping[str, float]) -> dict[str, Any]:
     legs = names()
     if isinstance(weights, Mapping):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from lr_opensearch.bundle.format import DEFAULT_SPARSE_TOP_K
+from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
 from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts

@@ -43,7 +43,7 @@ import numpy as np
 
 from lr_opensearch import legs as leg_registry
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig, fusion_config
+from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig, default_weights, fusion_config
 
 MIN_SCORE = np.float32(0.001)  # what neural-search gives a min-max-normalised 0
 LINEAR_EPS = 1e-8  # the reference implementation's denominator epsilon
@@ -215,7 +215,7 @@ def fuse_many(
 
 def fuse(
     *lists: HitList | Mapping[str, HitList],
-    weights: Sequence[float] | Mapping[str, float] = (0.7, 0.3),
+    weights: Sequence[float] | Mapping[str, float] | None = None,
     semantics: str = "opensearch",
     normalization: str = "min_max",
     combination: str = "arithmetic_mean",
@@ -229,7 +229,9 @@ def fuse(
         lists: the legs' ``(doc_id, score)`` lists, best first: one mapping ``{leg: hits}``,
             or lists in leg order (dense, sparse, ...).
         weights: (dense, sparse), (dense, sparse, bm25) or ``{leg: weight}``; a leg of
-            weight 0 takes no part (as on the server, where it is not sent).
+            weight 0 takes no part (as on the server, where it is not sent). None: the
+            legs' default weights (``legs.default_weights()``) of the lists given, scaled
+            to sum to 1.
         semantics: ``opensearch`` or ``linear`` (see the module docstring).
         normalization: ``min_max`` or ``l2`` (ignored by ``rrf``).
         combination: ``arithmetic_mean``, ``geometric_mean``, ``harmonic_mean`` or ``rrf``.
@@ -244,10 +246,12 @@ def fuse(
         ConfigError: an unknown option (the message lists valid ones), bad weights,
             a weighted leg without hits, duplicate ids or non-finite scores.
     """
+    given = _leg_lists(lists, leg_hits)
+    if weights is None:
+        weights = _given_defaults(given)
     config = fusion_config(weights, semantics, normalization, combination, rank_constant)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ConfigError(f"k must be a non-negative integer or None, got {k!r}")
-    given = _leg_lists(lists, leg_hits)
     for leg in config.legs:
         if given.get(leg) is None:
             raise ConfigError(f"a {leg} weight was given without {leg}_hits")
@@ -256,6 +260,18 @@ def fuse(
                      _present(config.legs, ranks))
             for doc_id, score, raw, norm, ranks in fused]
     return hits if k is None else hits[:k]
+
+
+def _given_defaults(given: Mapping[str, HitList | None]) -> dict[str, float]:
+    """The legs' default weights, of the legs whose lists were given, summing to 1."""
+    defaults = default_weights()
+    present = {leg: defaults[leg] for leg, hits in given.items()
+               if hits is not None and defaults[leg] > 0.0}
+    total = sum(present.values())
+    if total == 0.0:
+        raise ConfigError(f"none of the given legs ({', '.join(given) or 'none'}) has a default "
+                          "weight; pass weights={leg: weight}")
+    return {leg: w / total for leg, w in present.items()}
 
 
 def _present(legs: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:

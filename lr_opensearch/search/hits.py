@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lr_opensearch import legs as leg_registry
-from lr_opensearch.engine.adapter import DocRef, EngineHit, EngineResult
+from lr_opensearch.engine.results import DocRef, EngineHit, EngineResult
 from lr_opensearch.search.explain import Explanation, LegExplanation, token_contributions
 from lr_opensearch.search.fusion import FusionConfig, fuse_many
 from lr_opensearch.search.request import SearchRequest

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import Filter
 from lr_opensearch.engine.calibration import Shape
+from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import DEFAULT_RANK_CONSTANT, FusionConfig
@@ -221,3 +221,36 @@ class SearchRequest:
     def legs(self) -> tuple[str, ...]:
         """The legs searched, in sub-query order."""
         return self.config.legs if self.mode == legs.HYBRID else (self.mode,)
+
+
+def engine_timeout(timeout: float | str | None) -> str | None:
+    """A timeout as the engines read it: seconds (a number) -> ``"<ms>ms"``; a string as is."""
+    if timeout is None or isinstance(timeout, str):
+        return timeout
+    return f"{max(1, int(round(float(timeout) * 1000)))}ms"
+
+
+
+def check_target(index: str) -> str:
+    """A search target as the engines read it (one index, ``a,b``, an alias, a wildcard),
+    refusing the forms that would widen it silently: an empty name in a list (``","``
+    reads as every index) or an empty target.
+
+    Raises:
+        ConfigError: naming the target and how to write it.
+    """
+    names = index.split(",")
+    if not index.strip() or any(not n.strip() for n in names):
+        raise ConfigError(f"index target {index!r} has an empty index name (the engines read "
+                          "',' or an empty name as every index); name the indices: --index a "
+                          "or --index a,b (or a pattern such as 'docs-*')")
+    return index
+
+
+
+def check_texts(texts: Any) -> None:
+    """Query texts must be a string or a sequence of strings (not None, not numbers)."""
+    items = [texts] if isinstance(texts, str) else texts
+    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Sequence) or not all(
+            isinstance(t, str) for t in items):
+        raise ConfigError(f"query text must be a str or a list of str, got {texts!r:.80}")

@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch import legs as leg_registry
-from lr_opensearch.engine.adapter import EngineResult, merge_shards
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.engine.seismic import SPARSE_VECTOR
+from lr_opensearch.engine.results import EngineResult, merge_shards
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import (
     ENCODED_INPUTS,
@@ -35,17 +34,23 @@ from lr_opensearch.legs import (
     fusion_config,
 )
 from lr_opensearch.options import CALIBRATED, ENCODINGS, choice
+from lr_opensearch.search.calibrated import OneQuery, SubQueries
 from lr_opensearch.search.fusion import bundle_weights
 from lr_opensearch.search.hits import (
     Hit,
-    assemble_calibrated,
     assemble_client,
     assemble_server,
     assemble_single,
     client_fusion,
     refs_of,
 )
-from lr_opensearch.search.request import SearchOptions, SearchRequest
+from lr_opensearch.search.request import (
+    SearchOptions,
+    SearchRequest,
+    check_target,
+    check_texts,
+    engine_timeout,
+)
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -54,30 +59,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SubQueries = tuple[dict[str, Any], ...]  # one query's sub-queries, in leg order
 InputEncoder = Callable[[list[str]], Sequence[Any]]  # texts -> one input value per text
-
-
-def _timeout(timeout: float | str | None) -> str | None:
-    if timeout is None or isinstance(timeout, str):
-        return timeout
-    return f"{max(1, int(round(float(timeout) * 1000)))}ms"
-
-
-def check_target(index: str) -> str:
-    """A search target as the engines read it (one index, ``a,b``, an alias, a wildcard),
-    refusing the forms that would widen it silently: an empty name in a list (``","``
-    reads as every index) or an empty target.
-
-    Raises:
-        ConfigError: naming the target and how to write it.
-    """
-    names = index.split(",")
-    if not index.strip() or any(not n.strip() for n in names):
-        raise ConfigError(f"index target {index!r} has an empty index name (the engines read "
-                          "',' or an empty name as every index); name the indices: --index a "
-                          "or --index a,b (or a pattern such as 'docs-*')")
-    return index
 
 
 class Retriever:
@@ -133,22 +115,18 @@ class Retriever:
         self.input_encoders = dict(input_encoders or {})
         self.encode = choice("query encoding", encode, ENCODINGS)
         self.cluster: dict[str, Any] | None = None
-        if self.encode == "cluster":
-            self.cluster = self._cluster_record(client, index)
         self._told: set[str] = set()
         self._shards: int | None = None
         self._documents: int | None = None
-        self._calibration: Any = None
         from lr_opensearch.search.rerank import as_stage
 
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
-        if check_bundle:
-            self.adapter.check_bundle(index, bundle)
-            layout = getattr(self.adapter, "sparse_layout", None)
-            if self.cluster is not None and layout == SPARSE_VECTOR:
-                raise ConfigError(f"index {index!r} lays out its sparse field as {SPARSE_VECTOR} "
-                                  "(token ids), which the in-cluster query models do not "
-                                  "write; search it with encode='client'")
+        meta = self.adapter.check_bundle(index, bundle) if check_bundle else None
+        if self.encode == "cluster":  # the same _meta read serves both (one mapping read)
+            from lr_opensearch.cluster.requests import serving_record
+
+            self.cluster = serving_record(self.adapter, index, meta)
+        self.one_query = OneQuery(self.adapter, self.index, in_cluster=self.cluster is not None)
         if encoder is None:
             from lr_opensearch.query import QueryEncoder
 
@@ -192,7 +170,7 @@ class Retriever:
                      **overrides: Any) -> list[list[Hit]]:
         """Encode and search a batch of texts through ``_msearch``; ``overrides`` as in
         :meth:`search`. Each text must tokenize to at least one token."""
-        _check_texts(texts)
+        check_texts(texts)
         opts = self.options.replace(k=k, **overrides)
         texts = list(texts)
         if self.rerank is not None:  # the first stage returns the reranked depth, from 0
@@ -264,12 +242,11 @@ class Retriever:
         if req.path == "server":
             return self._run_server(sub, sparse, req)
         if req.path == CALIBRATED:
-            return self._run_calibrated(sub, sparse, req)
+            return self.one_query.run(sub, sparse, req)
         fetch = self._fetch_after(req)
         source = False if fetch else req.source
         if req.path == "single":
-            bodies = [self.adapter.body(pair[0], size=req.per_leg, source=source,
-                                        timeout=req.timeout) for pair in sub]
+            bodies = [self.leg_body(pair[0], req, source) for pair in sub]
             results = self.adapter.msearch(self.index, bodies, what=f"{req.mode} search")
             return [assemble_single(res, sparse[i] if sparse is not None else None, req)
                     for i, res in enumerate(results)]
@@ -303,55 +280,19 @@ class Retriever:
     def dsl(self, texts: Sequence[str], k: int | None = None,
             **overrides: Any) -> list[dict[str, Any]]:
         """The exact requests :meth:`search_batch` sends for ``texts`` (same options,
-        ``explain`` excepted), without sending them: to paste into Dev Tools or a
-        search-relevance comparison.
+        ``explain`` excepted), without sending them: :func:`lr_opensearch.search.dsl.plan`."""
+        from lr_opensearch.search.dsl import plan
 
-        Returns, per text: ``query``, ``path`` (``server``: one ``_search`` the engine
-        fuses, its normalization pipeline inline; ``client``: one ``_search`` per leg (and
-        shard), fused by :mod:`lr_opensearch.search.fusion` with ``fusion``; ``single``),
-        ``engine``, ``fusion`` (legs, weights, semantics, normalization, combination) and
-        ``requests`` (``method``, ``path``, ``body``, and ``leg`` for client fusion).
-        """
-        texts = [texts] if isinstance(texts, str) else texts
-        _check_texts(texts)
-        req = self._request(self.options.replace(k=k, **overrides).replace(explain=False))
-        texts = list(texts)
-        sub = self._sub_queries(self.inputs(texts, req.legs, req.options.instruction), req,
-                                len(texts))
-        search = f"/{self.index}/_search"
+        return plan(self, texts, k, **overrides)
 
-        def at(query: Mapping[str, Any]) -> str:  # a leg the index sends elsewhere
-            return f"/{self.adapter.target(self.index, {'query': query})}/_search"
+    def leg_body(self, query: Mapping[str, Any], req: SearchRequest, source: Any) -> dict[str, Any]:
+        """One leg's own search body (a one-leg search, a leg of client fusion)."""
+        return self.adapter.body(query, size=req.per_leg, source=source, timeout=req.timeout)
 
-        c = req.config
-        out = []
-        for text, pair in zip(texts, sub, strict=True):
-            if req.path == "server":
-                requests = [{"method": "GET", "path": search, "body": self.adapter.hybrid_body(
-                    pair, c, size=req.page_end, per_leg=req.per_leg, source=req.source,
-                    timeout=req.timeout)}]
-            elif req.path == CALIBRATED:
-                requests = [{"method": "GET", "path": search,
-                             "body": self._calibrated_body(pair, req, req.source)}]
-            elif req.path == "single":
-                requests = [{"method": "GET", "path": at(pair[0]), "body": self.adapter.body(
-                    pair[0], size=req.page_end, source=req.source, timeout=req.timeout)}]
-            else:
-                requests = [
-                    {"leg": leg, "method": "GET",
-                     "path": at(q) + ("" if shard is None else f"?preference=_shards:{shard}"),
-                     "body": self.adapter.body(q, size=req.per_leg, source=False,
-                                               timeout=req.timeout)}
-                    for leg, q in zip(req.legs, pair, strict=True)
-                    for shard in self._shard_ids(req)]
-            fusion = {"legs": list(req.legs), "weights": list(c.leg_weights),
-                      "semantics": c.semantics, "normalization": c.normalization,
-                      "combination": c.combination, "rank_constant": c.rank_constant}
-            if req.path == CALIBRATED:
-                fusion["boosts"] = [self.boosts(req)[name] for name in req.legs]
-            out.append({"query": text, "path": req.path, "engine": self.adapter.engine,
-                        "fusion": fusion, "requests": requests})
-        return out
+    def server_body(self, pair: SubQueries, req: SearchRequest, source: Any) -> dict[str, Any]:
+        """The body the server fuses: the legs' ``hybrid`` query, the page of it."""
+        return self.adapter.hybrid_body(pair, req.config, size=req.page_end, per_leg=req.per_leg,
+                                        source=source, timeout=req.timeout)
 
     def _search_legs(
         self, sub: list[SubQueries], req: SearchRequest, source: Any, what: str
@@ -369,8 +310,7 @@ class Retriever:
         bodies, prefs = [], []
         for pair in sub:
             for q in pair:
-                body = self.adapter.body(q, size=req.per_leg, source=source,
-                                         timeout=req.timeout)
+                body = self.leg_body(q, req, source)
                 for shard in shard_ids:
                     bodies.append(body)
                     prefs.append(None if shard is None else f"_shards:{shard}")
@@ -403,7 +343,7 @@ class Retriever:
         hybrid = opts.mode == leg_registry.HYBRID
         path = self._resolve_path(opts.fusion, config) if hybrid else "single"
         src, strip = self._source_spec(opts.source, opts.explain)
-        return SearchRequest(opts, path, config, src, strip, _timeout(opts.timeout),
+        return SearchRequest(opts, path, config, src, strip, engine_timeout(opts.timeout),
                              sparse_field=self.adapter.sparse_field)
 
     def _resolve_path(self, fusion: str, config: FusionConfig) -> str:
@@ -461,79 +401,12 @@ class Retriever:
             from lr_opensearch.cluster.requests import text_sub_queries
 
             assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
-            return [tuple(text_sub_queries(self.cluster, text, req.legs, k=ctx.k,
-                                           filter=ctx.filter, ef_search=ctx.ef_search,
-                                           adapter=self.adapter, text_fields=ctx.text_fields))
+            return [tuple(text_sub_queries(self.cluster, text, req.legs, ctx,
+                                           adapter=self.adapter))
                     for text in inputs[QUERY_TEXT][:n]]
         built = [leg_registry.get(name) for name in req.legs]
         return [tuple(leg.sub_query(self.adapter, inputs[leg.input][i], ctx) for leg in built)
                 for i in range(n)]
-
-    def boosts(self, req: SearchRequest) -> dict[str, float]:
-        """Per searched leg, its clause's boost in the ``calibrated`` one query: weight /
-        the leg's scale, from the index's calibration (read once per retriever)."""
-        if self._calibration is None:
-            from lr_opensearch.engine.calibration import read_calibration
-
-            self._calibration = read_calibration(self.adapter, self.index)
-        return self._calibration.boosts(req.config.weights, self._calibrated_shape(req),
-                                        req.options.form, index=self.index)
-
-    def _calibrated_shape(self, req: SearchRequest) -> Any:
-        """The shape the scales are read for: in-cluster encoding sends every token (the
-        cluster's sparse model weighs them all)."""
-        shape = req.shape
-        if self.cluster is not None and shape.sparse_tokens is not None:
-            import dataclasses
-
-            shape = dataclasses.replace(shape, sparse_tokens=None)
-        return shape
-
-    def _calibrated_body(self, pair: SubQueries, req: SearchRequest, source: Any) -> dict[str, Any]:
-        boosts = self.boosts(req)
-        return self.adapter.calibrated_body(pair, [boosts[name] for name in req.legs],
-                                            size=req.page_end, filter=req.filter, source=source,
-                                            timeout=req.timeout)
-
-    def _run_calibrated(self, sub: list[SubQueries], sparse: Sequence[Mapping[str, float]] | None,
-                        req: SearchRequest) -> list[list[Hit]]:
-        """One ``bool`` query per text; with ``explain``, each leg's clause again, restricted
-        to the page's documents, for its own engine score (its part of the sum)."""
-        bodies = [self._calibrated_body(pair, req, req.source) for pair in sub]
-        fused = self.adapter.msearch(self.index, bodies, what="calibrated search")
-        parts: list[list[EngineResult]] = [[] for _ in sub]
-        if req.explain:
-            parts = self._legs_on_page(sub, fused, req)
-        boosts = self.boosts(req)
-        return [assemble_calibrated(res, parts[i], boosts, sparse[i] if sparse is not None
-                                    else None, req) for i, res in enumerate(fused)]
-
-    def _legs_on_page(self, sub: list[SubQueries], fused: list[EngineResult],
-                      req: SearchRequest) -> list[list[EngineResult]]:
-        """Per query, each leg's clause as the one query has it, filtered to the page's
-        documents: the scores the ``bool`` summed (knn keeps its own k, as in the query)."""
-        bodies = []
-        for pair, res in zip(sub, fused, strict=True):
-            ids = [h.doc_id for h in res.hits[req.from_ : req.page_end]]
-            for q in pair:
-                bodies.append(self.adapter.body(
-                    {"bool": {"must": [q], "filter": [{"ids": {"values": ids}}]}},
-                    size=max(1, len(ids)), source=False, timeout=req.timeout))
-        flat = self.adapter.msearch(self.index, bodies, what="calibrated explain")
-        n = len(req.legs)
-        return [flat[i * n : (i + 1) * n] for i in range(len(sub))]
-
-    def _cluster_record(self, client: Any, index: str) -> dict[str, Any]:
-        """The index's in-cluster model record, its models checked to be served."""
-        from lr_opensearch.cluster.requests import check_serving, cluster_meta
-
-        if not isinstance(self.adapter, OpenSearchAdapter):
-            raise ConfigError(f"encode='cluster' needs OpenSearch with ml-commons; this cluster "
-                              f"is {self.adapter.engine} (docs/IN_CLUSTER.md says what "
-                              "Elasticsearch offers)")
-        record = cluster_meta(client, index)
-        check_serving(client, record, index)
-        return record
 
     def _run_server(
         self,
@@ -545,12 +418,7 @@ class Retriever:
         # the page, without `_source` (filtering sources in the hybrid search's fetch phase
         # costs ~4x the search here); the page's sources come in one _mget
         fetch = self._fetch_after(req)
-        bodies = [
-            self.adapter.hybrid_body(pair, req.config, size=req.page_end, per_leg=req.per_leg,
-                                     source=False if fetch else req.source,
-                                     timeout=req.timeout)
-            for pair in sub
-        ]
+        bodies = [self.server_body(pair, req, False if fetch else req.source) for pair in sub]
         fused = self.adapter.msearch(self.index, bodies, what="hybrid search")
         parts: list[list[EngineResult]] = [[] for _ in sub]
         if req.explain:  # the sub-queries' own scores, to explain the server's fusion
@@ -566,12 +434,4 @@ class Retriever:
         return out
 
 
-def _check_texts(texts: Any) -> None:
-    """Query texts must be a string or a sequence of strings (not None, not numbers)."""
-    items = [texts] if isinstance(texts, str) else texts
-    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Sequence) or not all(
-            isinstance(t, str) for t in items):
-        raise ConfigError(f"query text must be a str or a list of str, got {texts!r:.80}")
-
-
-__all__ = ["Hit", "Retriever", "SearchOptions", "make_adapter"]
+__all__ = ["Retriever"]

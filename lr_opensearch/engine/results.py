@@ -1,0 +1,98 @@
+"""What the engines answer, engine-neutral: hits, one response per search, the per-shard
+lists of a leg merged, and an engine client's exception in words (``refusal``, ``status_of``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
+from lr_opensearch.errors import EngineError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineHit:
+    """One hit as the engine returned it (``index``: the concrete index that holds it; a
+    target of several indices, an alias or a wildcard may hold one ``_id`` more than once)."""
+
+    doc_id: str
+    score: float
+    source: Mapping[str, Any] | None
+    index: str | None = None
+
+    @property
+    def ref(self) -> DocRef:
+        return (self.index, self.doc_id)
+
+
+DocRef = tuple[str | None, str]  # (concrete index or None, _id): one document of a target
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One search response: hits in engine order, time taken, whether it timed out."""
+
+    hits: list[EngineHit]
+    took_ms: int
+    timed_out: bool
+
+
+def parse_response(resp: Mapping[str, Any], what: str) -> EngineResult:
+    """Turn one (m)search response into an EngineResult, or raise EngineError."""
+    if "error" in resp:
+        raise EngineError(f"{what} failed: {_reason(resp['error'])}")
+    shards = resp.get("_shards") or {}
+    if shards.get("failed"):
+        reasons = "; ".join(_reason(f.get("reason", f)) for f in shards.get("failures", [])[:3])
+        raise EngineError(f"{what}: {shards['failed']} shard(s) failed: {reasons}")
+    hits = [
+        EngineHit(str(h["_id"]), float(h["_score"]), h.get("_source"), h.get("_index"))
+        for h in resp.get("hits", {}).get("hits", [])
+    ]
+    timed_out = bool(resp.get("timed_out"))
+    if timed_out:
+        logger.warning("%s timed out; results are partial", what)
+    return EngineResult(hits, int(resp.get("took", 0)), timed_out)
+
+
+def merge_shards(parts: Sequence[EngineResult]) -> EngineResult:
+    """One leg's per-shard results as one list: every hit, best score first (stable, so a
+    shard's own order survives ties), the slowest shard's time, timed out if any did."""
+    hits = sorted((h for part in parts for h in part.hits), key=lambda h: -h.score)
+    return EngineResult(hits, max((p.took_ms for p in parts), default=0),
+                        any(p.timed_out for p in parts))
+
+
+def _reason(error: Any) -> str:
+    if isinstance(error, Mapping):
+        root = error.get("root_cause") or []
+        detail = root[0] if root else error
+        caused = error.get("caused_by", {})
+        text = f"{detail.get('type', '?')}: {detail.get('reason', error)}"
+        if isinstance(caused, Mapping) and caused.get("reason"):
+            text += f" (caused by {caused.get('type')}: {caused['reason']})"
+        return text
+    return str(error)
+
+
+def refusal(exc: BaseException) -> str:
+    """An engine client's exception as words: HTTP 413 says which limit (the clients print
+    it as a bare ``TransportError(413, '')``), anything else as the client words it."""
+    if status_of(exc) == 413:
+        return (f"HTTP 413: the request is larger than the cluster's http.max_content_length "
+                f"({HTTP_MAX_CONTENT_LENGTH // 2**20}mb unless set in opensearch.yml / "
+                "elasticsearch.yml)")
+    return str(exc)
+
+
+def status_of(exc: BaseException) -> Any:
+    """The HTTP status of an engine client's exception (either client), or None."""
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(getattr(exc, "meta", None), "status", None)
+    return status
