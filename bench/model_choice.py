@@ -44,6 +44,7 @@ import argparse
 import gzip
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import time
@@ -421,14 +422,49 @@ def run_score(args: argparse.Namespace) -> int:
                 name: compute_metrics(dataset.qrels, run) for name, run in runs.items()}
             if collection == SWEEP_COLLECTION and SWEEP_SPLIT in facts["splits"] and not args.no_sweep:
                 train = load_beir(DATA / collection, SWEEP_SPLIT)
-                tl = leg_lists(arrays, facts, bm25, collection, SWEEP_SPLIT)
-                results["sweep"][model] = [
-                    (w, compute_metrics(train.qrels, fused_run(tl, w, semantics))["ndcg@10"])
-                    for w in grid()]
-    print_tables(report, results)
+                _SWEEP.update(lists=leg_lists(arrays, facts, bm25, collection, SWEEP_SPLIT),
+                              qrels=train.qrels, semantics=semantics)
+                with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+                    results["sweep"][model] = list(zip(grid(), pool.map(_sweep_point, grid()), strict=True))
+    results["own_best"] = own_best_on_test(report, results, stored, bm25)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    print_tables(report, results)
     return 0
+
+
+def own_best_on_test(report: Mapping[str, Any], results: Mapping[str, Any], stored: Any,
+                     bm25: Mapping[str, Any]) -> dict[str, Any]:
+    """Per model, the LR and full-encoder hybrids on the test queries with the weights that
+    were best for that model on SciFact train (chosen there, only reported here)."""
+    from lr_opensearch import legs
+    from lr_opensearch.evaluation.beir import compute_metrics, load_beir
+
+    out: dict[str, Any] = {}
+    for model, rows in results.get("sweep", {}).items():
+        best = max(rows, key=lambda t: t[1])[0]
+        arrays = {key.removeprefix(f"{model}/"): stored[key] for key in stored.files
+                  if key.startswith(f"{model}/")}
+        per: dict[str, Any] = {}
+        for collection, facts in report["models"][model].items():
+            qrels = load_beir(DATA / collection, "test").qrels
+            lists = leg_lists(arrays, facts, bm25, collection, "test")
+            per[collection] = {
+                HYBRID_RUN: compute_metrics(qrels, fused_run(lists, best, facts["semantics"]))["ndcg@10"],
+                REFERENCE_RUN: compute_metrics(qrels, fused_run(lists, legs.reference_weights(best),
+                                                                facts["semantics"]))["ndcg@10"]}
+        out[model] = {"weights": best, "test": per}
+    return out
+
+
+_SWEEP: dict[str, Any] = {}  # one sweep's lists, qrels and semantics (inherited by the forked workers)
+
+
+def _sweep_point(weights: dict[str, float]) -> float:
+    from lr_opensearch.evaluation.beir import compute_metrics
+
+    run = fused_run(_SWEEP["lists"], weights, _SWEEP["semantics"])
+    return compute_metrics(_SWEEP["qrels"], run)["ndcg@10"]
 
 
 def print_tables(report: Mapping[str, Any], results: Mapping[str, Any]) -> None:
@@ -461,11 +497,18 @@ def print_tables(report: Mapping[str, Any], results: Mapping[str, Any]) -> None:
                   f"| {f['holdout_cosine']:.4f} | {f['documents']} | {f['docs_per_s']} ({f['device']}) |")
     for m, rows in results.get("sweep", {}).items():
         ranked = sorted(rows, key=lambda t: -t[1])
-        default = next(v for w, v in rows if w == report["models"][m][SWEEP_COLLECTION]["weights"])
+        used = {leg: w for leg, w in report["models"][m][SWEEP_COLLECTION]["weights"].items() if w > 0}
+        default = next(v for w, v in rows if {leg: x for leg, x in w.items() if x > 0} == used)
         order = (DENSE.name, SPARSE.name, BM25.name)
         print(f"\n{m}: SciFact train nDCG@10, best weights ({'/'.join(order)}): " + ", ".join(
             "/".join(str(w[leg]) for leg in order) + f" {v:.4f}" for w, v in ranked[:5])
             + f"; the bundle's default weights {default:.4f}")
+    for m, own in results.get("own_best", {}).items():
+        per = own["test"]
+        print(f"{m} with its SciFact-train best weights {own['weights']}, test nDCG@10 "
+              + ", ".join(f"{c} {v[HYBRID_RUN]:.3f} / {v[REFERENCE_RUN]:.3f}" for c, v in per.items())
+              + f"; average {HYBRID_RUN} {np.mean([v[HYBRID_RUN] for v in per.values()]):.4f}, "
+              f"{REFERENCE_RUN} {np.mean([v[REFERENCE_RUN] for v in per.values()]):.4f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -489,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--bm25", required=True)
     s.add_argument("--json", default=None, help="also write the figures here")
     s.add_argument("--no-sweep", action="store_true")
+    s.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes of the weight grid")
     s.set_defaults(func=run_score)
     args = p.parse_args(argv)
     return int(args.func(args))
