@@ -5,7 +5,8 @@
         [--clients 8] [--seconds 5] [--dataset DIR --split train] [--url URL]
         [--sparse-top-k K] [--knn-engine lucene|faiss] [--knn-encoder sq7]
         [--ef-search N] [--sparse-min-idf X] [--setting KEY=VALUE] [--quality]
-        [--tag NAME] [--index-of TAG] [--rebuild] [--out results/bench/scale.json]
+        [--tag NAME] [--index-of TAG] [--rebuild] [--build-only] [--template]
+        [--out results/bench/scale.json]
 
 For each size N: a corpus of N documents synthesised from the real encoded documents of
 the source index(es) (``bench/scale_corpus.py`` says how), indexed on the node with the
@@ -15,8 +16,13 @@ vectors precomputed (bulk only, no model; refresh off while loading), then timed
   no judgment is read) in turn through every shape - BM25 at size 10 (what users run
   today), each leg alone at size C, LR hybrid with server fusion and with client fusion
   at C candidates, and the one calibrated ``bool`` query (``fusion="calibrated"``, knn k =
-  C; its default shape and the full one), for each C - shapes interleaved per query so
-  drift hits all alike: p50 / p99 ms (each index is calibrated once, after its build);
+  C) in each of ``CALIBRATED_SHAPES`` (the default shape; 10 / every sparse token with
+  BM25 on ``text``; every token with BM25 on title + text), for each C; with
+  ``--template`` also the index's stored text-only search template (``GET
+  /<index>/_search/template``, the cluster encodes the query; the bench deploys the query
+  models first, so the node needs ml-commons) - shapes interleaved per query so drift hits
+  all alike: p50 / p99 ms (each index is calibrated after its build, and again if its
+  calibration lacks a timed shape);
 - ``--clients`` threads for ``--seconds`` per shape: QPS, p50 / p99 ms.
 
 Reports index size, segments and build time per size, prints the hybrid / BM25 ratios
@@ -142,9 +148,21 @@ def index_stats(client: Any, name: str) -> dict[str, Any]:
             "segments": int(st["segments"]["count"])}
 
 
-def shapes_for(leg_names: list[str], cs: list[int]) -> list[tuple[str, dict[str, Any]]]:
-    """(shape name, search overrides) for every shape the bench times."""
-    from lr_opensearch.options import CALIBRATED
+# the one calibrated bool query's shapes (knn k = the candidates): (name, sparse tokens
+# (0: all), BM25 fields); None: the default shape (options.CALIBRATED_*)
+CALIBRATED_SHAPES: list[tuple[str, int | None, tuple[str, ...] | None]] = [
+    ("calibrated", None, None),
+    ("calibrated-t10", 10, ("text",)),
+    ("calibrated-all", 0, ("text",)),
+    ("calibrated-full", 0, ("title", "text")),
+]
+
+
+def shapes_for(leg_names: list[str], cs: list[int],
+               template: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(shape name, search overrides) for every shape the bench times; ``template``: also
+    the index's stored text-only search template (in-cluster encoding, its own knn k)."""
+    from lr_opensearch.options import CALIBRATED, DEFAULT_CANDIDATES
 
     out: list[tuple[str, dict[str, Any]]] = [("bm25@10", {"mode": "bm25", "k": 10})]
     for c in cs:
@@ -152,14 +170,59 @@ def shapes_for(leg_names: list[str], cs: list[int]) -> list[tuple[str, dict[str,
                 if f"{leg}@{c}" != out[0][0]]
         out += [(f"hybrid-{f}@{c}", {"mode": "hybrid", "fusion": f, "candidates": c, "k": 10})
                 for f in ("server", "client")]
-        # the one calibrated bool query (knn k = c): its default shape, and the full one
-        # (every sparse token, BM25 over title + text)
-        out += [(f"calibrated@{c}", {"mode": "hybrid", "fusion": CALIBRATED, "candidates": c,
-                                     "k": 10}),
-                (f"calibrated-full@{c}", {"mode": "hybrid", "fusion": CALIBRATED,
-                                          "candidates": c, "k": 10, "sparse_tokens": 0,
-                                          "text_fields": ("title", "text")})]
+        for name, tokens, fields in CALIBRATED_SHAPES:
+            shape = {} if tokens is None else {"sparse_tokens": tokens, "text_fields": fields}
+            out.append((f"{name}@{c}", {"mode": "hybrid", "fusion": CALIBRATED, "candidates": c,
+                                        "k": 10, **shape}))
+    if template:
+        out.append((f"template@{DEFAULT_CANDIDATES}", {"template": template}))
     return out
+
+
+def calibration_shapes() -> list[Any]:
+    """Every shape the timed calibrated queries read scales for."""
+    from lr_opensearch.engine.calibration import Shape
+    from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+
+    out = [Shape(), Shape(CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS)]
+    out += [Shape(t or None, f) for _, t, f in CALIBRATED_SHAPES if t is not None]
+    return list(dict.fromkeys(out))
+
+
+def ensure_shapes_calibrated(client: Any, bundle: Any, name: str) -> None:
+    """Calibrate ``name`` (again) unless its calibration has every timed shape's scales."""
+    from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate, leg_key
+    from lr_opensearch.engine.factory import make_adapter
+
+    adapter = make_adapter(client)
+    meta = adapter.index_mapping(name).get("_meta", {}).get(CALIBRATION_KEY) or {}
+    names = [n for n, w in dict(bundle.config.weights).items() if w > 0]
+    need = {leg_key(n, shape) for n in names for shape in calibration_shapes()}
+    if need - set(meta.get("legs", {})):
+        calibrate(adapter, name, bundle, shapes=calibration_shapes())
+
+
+def deployed_template(client: Any, bundle: Any, name: str) -> str:
+    """Deploy the bundle's query models on index ``name`` (``lr models deploy``), which
+    stores its text-only calibrated search template; returns the template's id."""
+    from lr_opensearch.cluster import deploy_bundle
+
+    record = deploy_bundle(client, bundle, name)
+    print(f"{name}: query models deployed ({record['actions']}), template "
+          f"{record['template']}", flush=True)
+    return str(record["template"])
+
+
+def run_shape(retriever: Any, text: str, over: dict[str, Any], search: dict[str, Any]) -> Any:
+    """One search of a shape: the stored template as a curl user sends it, or the
+    retriever's search."""
+    if "template" in over:
+        from lr_opensearch.cluster.requests import TEMPLATE_PARAM
+
+        return retriever.adapter.client.transport.perform_request(
+            "GET", f"/{retriever.index}/_search/template",
+            body={"id": over["template"], "params": {TEMPLATE_PARAM: text}})
+    return retriever.search(text, source=False, **search, **over)
 
 
 def one_client(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
@@ -170,7 +233,7 @@ def one_client(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[st
         order = shapes if q % 2 == 0 else shapes[::-1]
         for shape, over in order:
             t0 = time.perf_counter()
-            retriever.search(text, source=False, **search, **over)
+            run_shape(retriever, text, over, search)
             times[shape].append(1000 * (time.perf_counter() - t0))
     return {s: {"p50_ms": float(np.median(v)), "p99_ms": float(np.percentile(v, 99)),
                 "qps_1": 1000.0 / float(np.mean(v))} for s, v in times.items()}
@@ -182,7 +245,7 @@ def many_clients(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[
 
     out = {}
     for shape, over in shapes:
-        res = run_clients(lambda t, o=over: retriever.search(t, source=False, **search, **o),
+        res = run_clients(lambda t, o=over: run_shape(retriever, t, o, search),
                           texts, clients, seconds)
         if res["errors"]:
             raise SystemExit(f"{shape}: {res['errors']} errors, first: {res['first_errors']}")
@@ -200,7 +263,8 @@ def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int,
              "hybrid_server": one[f"hybrid-server@{c}"],
              "hybrid_client": one[f"hybrid-client@{c}"]}
     for mode, shape in (("calibrated", f"calibrated@{c}"), ("calibrated_full",
-                                                             f"calibrated-full@{c}")):
+                                                             f"calibrated-full@{c}"),
+                        ("template", f"template@{c}")):
         if shape in one:  # (sizes timed before the calibrated fusion existed have none)
             modes[mode] = one[shape]
     for leg in leg_names:
@@ -253,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="search the indexes built under another tag (search-time variants: "
                    "--ef-search, --sparse-min-idf, --setting)")
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes that exist")
+    p.add_argument("--template", action="store_true",
+                   help="also time the text-only search template (in-cluster encoding): "
+                   "deploys the bundle's query models on the index (needs ml-commons: "
+                   "lr node start --with-ml)")
+    p.add_argument("--build-only", action="store_true",
+                   help="build (and calibrate) the indexes, record their build figures in "
+                   "--out and time nothing: a later run times them (a 1M build takes an hour)")
     p.add_argument("--work", type=Path, default=REPO / "results" / "bench" / "scale-work")
     p.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "scale.json")
     args = p.parse_args(argv)
@@ -297,6 +368,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != n:
             built = build(client, adapter, bundle, synthetic(synth, n), name, n, index_opts)
         ensure_calibrated(client, bundle, name)
+        if args.build_only:
+            entry["sizes"][str(n)] = {**entry["sizes"].get(str(n), {}), "docs": n,
+                                      "build": built, **index_stats(client, name)}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+            print(f"{name}: built, {n} documents; timing left to a later run", flush=True)
+            continue
+        ensure_shapes_calibrated(client, bundle, name)
+        shapes = shapes_for(leg_names, cs, deployed_template(client, bundle, name)
+                            if args.template else None)
         settings = dict(kv.split("=", 1) for kv in args.setting)
         if settings:
             adapter.put_index_settings(name, settings)
@@ -305,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
               f"build {built['build_s']:.0f} s" if built else "built earlier", flush=True)
         retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
         retriever.search_batch(texts[:32], 10)  # warm
+        for _, over in shapes:  # and every shape once (the in-cluster models' first call)
+            run_shape(retriever, texts[0], over, search)
         one = one_client(retriever, texts, shapes, search)
         many = many_clients(retriever, texts, shapes, search, args.clients, args.seconds)
         entry["sizes"][str(n)] = {"docs": n, "build": built, **stats, "queries": origin,
@@ -317,11 +400,13 @@ def main(argv: list[str] | None = None) -> int:
             adapter.put_index_settings(name, dict.fromkeys(settings))
         print_size(n, one, many, shapes)
         for size in entry["sizes"].values():  # one definition of the summary for every size
-            if f"hybrid-client@{default_c}" in size["one_client"]:  # (timed at default_c)
+            if f"hybrid-client@{default_c}" in size.get("one_client", {}):  # (timed at C)
                 size["modes"] = summary(size["one_client"], leg_names, default_c,
                                         size.get("auto_path", "server"))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if args.build_only:
+        return 0
     if args.quality:
         entry["quality"] = quality(client, adapter, bundle, source, top_k, args, index_opts,
                                    leg_names, search)
@@ -402,7 +487,8 @@ def plot(report: dict[str, Any], path: Path, c: int) -> None:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for tag, entry in report.items():
-        sizes = sorted(entry["sizes"].values(), key=lambda s: s["docs"])
+        sizes = sorted((s for s in entry["sizes"].values() if "modes" in s),  # (timed ones)
+                       key=lambda s: s["docs"])
         if not sizes:
             continue
         docs = [s["docs"] for s in sizes]

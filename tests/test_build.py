@@ -138,3 +138,38 @@ def test_fitted_tables_approach_the_full_model_end_to_end(tmp_path: Path) -> Non
     print(f"\ncosine to the full model: unfitted {cosine(plain):.3f}, fitted {cosine(fitted):.3f}")
     assert cosine(fitted) > cosine(plain) + 0.05
     assert plain.sparse_weights_kind == "count" and fitted.sparse_weights_kind == "idf"
+
+
+def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The table's and the fit's forwards run where ``device`` says (default: the GPU if
+    there is one, ``doc_encoder.default_device``); a device this machine lacks is refused
+    before any work."""
+    import lr_opensearch.model.doc_encoder as doc_encoder
+    from lr_opensearch.errors import ConfigError
+
+    model, tok = tiny_bert()
+    model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
+                              for i, s in enumerate(SENTENCES)))
+    seen: list[str] = []
+    table = LightRetrieverModel.token_table
+    monkeypatch.setattr(LightRetrieverModel, "token_table",
+                        lambda self, *a, **k: seen.append(f"table {self.device}") or table(self, *a, **k))
+    encode_dense = DocEncoder.encode_dense
+    monkeypatch.setattr(DocEncoder, "encode_dense",
+                        lambda self, *a, **k: seen.append(f"fit {self.device}") or encode_dense(self, *a, **k))
+    monkeypatch.setattr(doc_encoder, "default_device",
+                        lambda: seen.append("default asked") or torch.device("cpu"))
+    kw = {"batch_size": 64, "max_length": 64, "progress": False}
+    monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables1"))
+    build_bundle(model_dir, tmp_path / "b1", fit=FitRecipe(corpora=(corpus,), max_queries=100), **kw)
+    assert seen[0] == "default asked" and set(seen[1:]) == {"table cpu", "fit cpu"}
+    seen.clear()
+    monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables2"))  # not the cached table
+    build_bundle(model_dir, tmp_path / "b2", device="cpu", **kw)
+    assert seen == ["table cpu"]  # named: the default is not asked
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ConfigError, match=r"--device cuda:\d+"):
+        build_bundle(model_dir, tmp_path / "b3", device=f"cuda:{count}", **kw)
+    assert not (tmp_path / "b3").exists() and seen == ["table cpu"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import re
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -147,6 +148,51 @@ def test_search_template_is_the_calibrated_one_query(adi: dict[str, Any],
         same_client += ids == [h.doc_id for h in b]
     assert same_cluster == len(texts)  # the same request
     assert same_client >= len(texts) - 1, same_client  # float ties may swap one list
+
+
+def _readme_template_curl() -> str:
+    """The README's text-only template request: the bash block that calls
+    ``_search/template``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "_search/template" in b]
+    assert len(blocks) == 1, f"README.md should show one curl of _search/template, not {len(blocks)}"
+    return blocks[0]
+
+
+def test_readme_template_curl_is_the_calibrated_one_query(adi: dict[str, Any], ml_client: Any,
+                                                          ml_node: NodeConfig) -> None:
+    """The README's curl, run as written (its node URL and index ``docs`` swapped for this
+    node's and index's), returns the hits of the calibrated one query with in-cluster
+    encoding; a ``size`` parameter changes the number of hits, and a text with quotes and a
+    backslash reaches the engine as text (the template escapes it for JSON)."""
+    import json
+    import subprocess
+
+    from lr_opensearch.cluster.requests import TEMPLATE_PARAM
+
+    index, template = adi["index"], adi["record"]["template"]
+    shown = _readme_template_curl()
+    assert "http://127.0.0.1:9200/docs/_search/template" in shown and "lr-calibrated-docs" in shown
+    command = (shown.replace("http://127.0.0.1:9200/docs/", f"{ml_node.url}/{index}/")
+               .replace("lr-calibrated-docs", template))
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
+                         check=True)
+    res = json.loads(run.stdout)
+    assert "error" not in res, res
+    shown_text = re.search(r'"query_text": "([^"]*)"', shown)
+    assert shown_text, "the README's curl should pass a query_text"
+    text = shown_text.group(1)
+    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encode="cluster")
+    assert [h["_id"] for h in res["hits"]["hits"]] == [h.doc_id for h in cluster.search(text, 10)]
+
+    def template_ids(params: dict[str, Any]) -> list[str]:
+        out = ml_client.transport.perform_request(
+            "GET", f"/{index}/_search/template", body={"id": template, "params": params})
+        return [h["_id"] for h in out["hits"]["hits"]]
+
+    assert len(template_ids({TEMPLATE_PARAM: text, "size": 3})) == 3
+    odd = 'the "boundary" layer \\ heat transfer'
+    assert template_ids({TEMPLATE_PARAM: odd}) == [h.doc_id for h in cluster.search(odd, 10)]
 
 
 def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_client: Any,

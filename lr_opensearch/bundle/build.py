@@ -68,6 +68,7 @@ def build_bundle(
     overwrite: bool = False,
     progress: bool = True,
     fit: FitRecipe | None = None,
+    device: str | None = None,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -95,14 +96,21 @@ def build_bundle(
         fit: how the tables are fitted (``bundle.fit.FitRecipe``: corpora, queries, cap,
             distillation, precision); None or no corpora: the unfitted table, count query
             weights. See ``build_bundle_from_model``.
+        device: the torch device of the table's and the fit's forwards (``cpu``, ``cuda``,
+            ``cuda:1``); default the GPU if there is one, else the CPU, as ingest's
+            ``DocEncoder`` (``model.doc_encoder.default_device``). The saved files do not
+            depend on it beyond float rounding.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
 
     Returns:
         The bundle path.
     """
     from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.device import check_device
+    from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
 
+    target = check_device(device) if device is not None else default_device()  # before any work
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
     prompts = sentence_transformers_settings(source)
     if instructions is None and prompts.get("query_prompt"):
@@ -111,7 +119,7 @@ def build_bundle(
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
     model = LightRetrieverModel.from_pretrained(
         source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
-        name=catalogue_name)
+        name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 

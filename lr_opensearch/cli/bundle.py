@@ -84,6 +84,9 @@ def register(subparsers: Any) -> None:
                        help="sparse terms stored per document (default 128)")
     build.add_argument("--batch-size", type=int, default=256, help="table rows per forward pass")
     add_precision_arg(build)
+    build.add_argument("--device", default=None,
+                       help="torch device of the table's and the fit's forwards (cpu, cuda, "
+                            "cuda:1, ...); default: GPU if available")
     build.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     fit = build.add_argument_group("table fit (see below)")
     fit.add_argument("--fit-corpus", type=Path, action="append", default=[], metavar="PATH",
@@ -160,6 +163,7 @@ def run_build(args: argparse.Namespace) -> int:
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
                       encode_precision=args.encode_precision),
+        device=args.device,
     )
     from lr_opensearch.bundle import load_bundle
 
