@@ -81,6 +81,7 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     expected = fuse(
         [(h.doc_id, score_from_inner_product(h.scores.get("dense"))) for h in d50],
         [(h.doc_id, h.scores.get("sparse")) for h in s50],
+        weights=r.options.weights,  # the bundle's, as the retriever fuses
         k=10,
     )
     hybrid = r.search(text, k=10, explain=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lr_opensearch.errors import ConfigError, IngestError
+from lr_opensearch.indexing import gzstream
 from lr_opensearch.indexing import reader as rd
 from lr_opensearch.indexing.checkpoint import (
     FAILED,
@@ -131,10 +132,10 @@ def test_resume_skips_prefix_keeps_duplicate_memory_and_detects_changes(tmp_path
 
 def test_count_lines_and_gzip_detection(tmp_path: Path) -> None:
     p = write_lines(tmp_path / "a.jsonl", [b"1\n", b"2\n", b"3"])
-    assert rd.count_lines(str(p)) == 3 and not rd.is_gzip(str(p))
+    assert gzstream.count_lines(str(p)) == 3 and not gzstream.is_gzip(str(p))
     g = write_lines(tmp_path / "named-plain.jsonl", [b"x\n"], gz=True)
-    assert rd.is_gzip(str(g))
-    assert rd.count_lines(str(write_lines(tmp_path / "e.jsonl", []))) == 0
+    assert gzstream.is_gzip(str(g))
+    assert gzstream.count_lines(str(write_lines(tmp_path / "e.jsonl", []))) == 0
 
 
 def test_watermark_commits_only_the_settled_prefix() -> None:
