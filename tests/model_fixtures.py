@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_artifacts import bpe_tokenizer, wordpiece_tokenizer
+from tiny_artifacts import SENTENCES, bpe_tokenizer, wordpiece_tokenizer
 from tokenizers import Tokenizer
 from transformers import BertConfig, LlamaConfig
 
@@ -60,6 +60,19 @@ def save_model_dir(model: LightRetrieverModel, tokenizer: Tokenizer, path: Path)
     model.hf.save_pretrained(path)
     tokenizer.save(str(path / "tokenizer.json"))
     return path
+
+
+def tiny_checkpoint_and_corpus(root: Path) -> tuple[Path, Path]:
+    """A tiny BERT saved as a checkpoint directory, and a JSONL corpus of the test
+    sentences to fit it on (``lr bundle build MODEL --fit-corpus CORPUS``)."""
+    import json
+
+    model, tok = tiny_bert()
+    model_dir = save_model_dir(model, tok, root / "ckpt")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
+                              for i, s in enumerate(SENTENCES)))
+    return model_dir, corpus
 
 
 @pytest.fixture(autouse=False)

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from model_fixtures import one_thread, query_tokens, save_model_dir, tiny_bert, tiny_llama  # noqa: F401
+from model_fixtures import (  # noqa: F401
+    one_thread,
+    query_tokens,
+    save_model_dir,
+    tiny_bert,
+    tiny_checkpoint_and_corpus,
+    tiny_llama,
+)
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.bundle import load_bundle
@@ -147,11 +154,7 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
     import lr_opensearch.model.doc_encoder as doc_encoder
     from lr_opensearch.errors import ConfigError
 
-    model, tok = tiny_bert()
-    model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
-                              for i, s in enumerate(SENTENCES)))
+    model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
     seen: list[str] = []
     table = LightRetrieverModel.token_table
     monkeypatch.setattr(LightRetrieverModel, "token_table",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from model_fixtures import one_thread, tiny_bert, tiny_llama  # noqa: F401
+from model_fixtures import one_thread, tiny_bert, tiny_checkpoint_and_corpus, tiny_llama  # noqa: F401
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.errors import ConfigError
@@ -204,16 +204,10 @@ def test_ingest_at_bf16_stores_the_bf16_encoders_vectors(os_client: Any, opensea
 def test_bundle_build_flag_reaches_the_fit_encoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``lr bundle build --encode-precision bf16 --fit-corpus ...``: the fit's DocEncoder
     computes at bf16; the saved doc encoder keeps float32 weights."""
-    from model_fixtures import save_model_dir
-
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli import main
 
-    model, tok = tiny_bert()
-    model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
-                              for i, s in enumerate(SENTENCES)))
+    model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
     seen: list[str] = []
     original = DocEncoder.__init__
 
