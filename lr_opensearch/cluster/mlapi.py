@@ -26,6 +26,8 @@ ML = "/_plugins/_ml"
 # to 3.6. 10 MiB (10,485,760) is over it. tests/test_incluster.py uploads at the limit.
 UPLOAD_CHUNK_LIMIT = 10_000_000
 DEPLOYED = "DEPLOYED"
+REGISTERING = "REGISTERING"  # ml-commons merges the chunks after the last one arrives
+REGISTER_WAIT_S = 120.0  # how long an upload waits for that merge
 ML_PLUGIN = "opensearch-ml"
 NO_ML_HINT = ("start a node with ml-commons (`lr node start --with-ml`), or install the "
               "opensearch-ml plugin on every node")
@@ -141,8 +143,9 @@ def state_of(client: Any, model_id: str) -> str:
 def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
            chunk_bytes: int = UPLOAD_CHUNK_LIMIT) -> str:
     """Register a model's metadata and upload its zip in chunks of ``chunk_bytes`` (the
-    engine takes at most ``UPLOAD_CHUNK_LIMIT``); returns the model id. A failed chunk
-    removes the registered model before the error is raised."""
+    engine takes at most ``UPLOAD_CHUNK_LIMIT``); returns the model id once the engine has
+    merged the chunks (the model is no longer REGISTERING). A failed chunk removes the
+    registered model before the error is raised."""
     chunks = [data[i : i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
     body = {**register, "model_content_hash_value": sha256,
             "model_content_size_in_bytes": len(data), "total_chunks": len(chunks)}
@@ -155,12 +158,27 @@ def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
             request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk,
                     what=f"uploading chunk {n + 1}/{len(chunks)} ({len(chunk):,} bytes) of "
                          f"model {name}")
+        _wait_registered(client, model_id, name)
     except BaseException:
         remove(client, model_id, name)
         raise
     logger.info("uploaded model %s (%s, %d bytes in %d chunk(s))", name, model_id, len(data),
                 len(chunks))
     return model_id
+
+
+def _wait_registered(client: Any, model_id: str, name: str,
+                     timeout: float = REGISTER_WAIT_S) -> None:
+    """Until the model's record leaves REGISTERING: the upload's last chunk returns before
+    ml-commons has merged the chunks, and a model read (or deployed) in between is still
+    REGISTERING."""
+    deadline = time.monotonic() + timeout
+    while str(get_model(client, model_id).get("model_state")) == REGISTERING:
+        if time.monotonic() > deadline:
+            raise EngineError(f"model {name} ({model_id}) was still {REGISTERING} {timeout:.0f} s "
+                              "after its last chunk; see the node log (`lr node logs`) and run "
+                              "`lr models deploy` again")
+        time.sleep(0.2)
 
 
 def deploy(client: Any, model_id: str, name: str, timeout: float = 300.0) -> None:
