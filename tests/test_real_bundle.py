@@ -355,13 +355,15 @@ def test_lr_inspect_in_the_browser(adi: dict[str, Any], ml_node: NodeConfig,
 def test_lr_eval(adi: dict[str, Any], ml_node: NodeConfig, client: Any, tmp_path: Path,
                  capsys: pytest.CaptureFixture[str]) -> None:
     """Every default run over ADI's judged queries on the ingested index (reused, not
-    ingested again); the hybrid run's top 10s are the library's hybrid at the same depth."""
+    ingested again); the hybrid run's top 10s are the library's hybrid at the same depth;
+    the weight sweep (moving the BM25 leg) meets the hybrid run at the bundle's own weight."""
     from lr_opensearch.cli import main
     from lr_opensearch.evaluation import read_trec
 
     capsys.readouterr()
     assert main(["eval", "--dataset", str(ADI), "--bundle", str(adi["path"]), "--index", INDEX,
-                 "--url", ml_node.url, "--out", str(tmp_path), "--no-sweep", "--json"]) == 0
+                 "--url", ml_node.url, "--out", str(tmp_path), "--sweep-leg", "bm25",
+                 "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     runs = report["runs"]
     print("\n[real bundle] lr eval ADI nDCG@10: " + ", ".join(
@@ -375,6 +377,10 @@ def test_lr_eval(adi: dict[str, Any], ml_node: NodeConfig, client: Any, tmp_path
         adi["texts"], depth)
     for q, hits in zip(adi["queries"], want, strict=True):
         assert [d for d, _ in trec[str(q["_id"])][:10]] == [h.doc_id for h in hits[:10]]
+    sweep, own = report["sweep"], adi["bundle"].config.weights["bm25"]
+    assert sweep["leg"] == "bm25" and (tmp_path / "sweep.png").stat().st_size > 0
+    at_own = sweep["opensearch"]["ndcg@10"][sweep["weight"].index(own)]
+    assert at_own == pytest.approx(runs["lr-hybrid"]["ndcg@10"], abs=0.005)
 
 
 def test_lr_dashboards_export(adi: dict[str, Any], ml_node: NodeConfig, tmp_path: Path) -> None:
