@@ -345,12 +345,12 @@ def evaluate(
         if config.out_dir is not None:
             write_trec(config.out_dir / "runs" / f"{name}.trec", run, name)
     weights = bundle_weights(bundle.config)
-    swept = config.sweep_leg or next((n for n, w in weights.items() if w > 0.0), None)
+    hybrid = [n for n, w in weights.items() if w > 0.0]  # never empty: weights are checked
+    swept = config.sweep_leg or hybrid[0]
     leg_of = leg_runs()
     have = {leg_of[name]: run for name, (run, _) in results.items() if name in leg_of}
-    hybrid = [n for n, w in weights.items() if w > 0.0]
-    if config.sweep and swept and len(set(hybrid) | {swept}) > 1 and \
-            all(leg in have for leg in {*hybrid, swept}):
+    needed = {*hybrid, swept}
+    if config.sweep and len(needed) > 1 and needed <= have.keys():
         curves = weight_sweep(have, weights, swept, dataset.qrels, config.depth)
         report["sweep"] = curves
         if config.out_dir is not None:
