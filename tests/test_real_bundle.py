@@ -187,13 +187,15 @@ def deployed(adi: dict[str, Any], ml_node: NodeConfig) -> dict[str, Any]:
     return _deploy(adi["path"], INDEX, ml_node.url)
 
 
-@pytest.fixture(scope="module", params=["minilm", "bge-small"])
+@pytest.fixture(scope="class", params=["minilm", "bge-small"])
 def real(request: pytest.FixtureRequest, ml_node: NodeConfig, client: Any,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The in-cluster path's two real bundles, each ingested and deployed (its record under
     ``deployed``): MiniLM (6 layers, mean pooling, no prompt) and bge-small-en-v1.5 (12
     layers, CLS pooling, its query prompt inside every table row; conftest's
-    ``fitted_bge``), whose models are removed again once its tests are done."""
+    ``fitted_bge``). Class-scoped: bge's models are removed again when ``TestInCluster`` is
+    done (with them still deployed, SmolLM2's 53 MB upload trips the 1 GB node's heap
+    breaker)."""
     if request.param == "minilm":
         yield {**request.getfixturevalue("adi"), "deployed": request.getfixturevalue("deployed")}
         return
@@ -210,77 +212,80 @@ def real(request: pytest.FixtureRequest, ml_node: NodeConfig, client: Any,
         client.indices.delete(index=INDEX_BGE, ignore_unavailable=True)
 
 
-def test_models_deploy_uploads_the_real_bundle_in_chunks(real: dict[str, Any],
-                                                         client: Any) -> None:
-    deployed = real["deployed"]
-    dense = export_dense(real["bundle"], max_tokens=deployed["max_tokens"])
-    chunks = math.ceil(len(dense.data) / mlapi.UPLOAD_CHUNK_LIMIT)
-    print(f"\n[real bundle {real['bundle'].config.backbone_name}] dense zip "
-          f"{len(dense.data):,} bytes: {chunks} chunks")
-    assert len(dense.data) > 2 * mlapi.UPLOAD_CHUNK_LIMIT  # the case the toy bundles missed
-    assert deployed["actions"] == {"dense": "uploaded", "sparse": "uploaded"}
-    model = mlapi.get_model(client, deployed["dense_model_id"])
-    assert model["total_chunks"] == chunks and model["model_content_hash_value"] == dense.sha256
-    for key in ("dense_model_id", "sparse_model_id"):
-        assert mlapi.state_of(client, deployed[key]) == mlapi.DEPLOYED
+class TestInCluster:
+    """``lr models deploy``, the cluster's vectors, the text-only request and `lr search
+    --in-cluster`, for each real bundle (``real``)."""
 
+    def test_models_deploy_uploads_the_real_bundle_in_chunks(self, real: dict[str, Any],
+                                                             client: Any) -> None:
+        deployed = real["deployed"]
+        dense = export_dense(real["bundle"], max_tokens=deployed["max_tokens"])
+        chunks = math.ceil(len(dense.data) / mlapi.UPLOAD_CHUNK_LIMIT)
+        print(f"\n[real bundle {real['bundle'].config.backbone_name}] dense zip "
+              f"{len(dense.data):,} bytes: {chunks} chunks")
+        assert len(dense.data) > 2 * mlapi.UPLOAD_CHUNK_LIMIT  # the case the toy bundles missed
+        assert deployed["actions"] == {"dense": "uploaded", "sparse": "uploaded"}
+        model = mlapi.get_model(client, deployed["dense_model_id"])
+        assert model["total_chunks"] == chunks and model["model_content_hash_value"] == dense.sha256
+        for key in ("dense_model_id", "sparse_model_id"):
+            assert mlapi.state_of(client, deployed[key]) == mlapi.DEPLOYED
 
-def test_cluster_vectors_equal_the_client(real: dict[str, Any], client: Any) -> None:
-    """ADI's judged queries, odd texts (quotes, accents, CJK, an emoji) and one longer than
-    the cap: the cluster's dense vector is the client QueryEncoder's (for bge, the rows of
-    its prompt-bearing table), its sparse map the client's."""
-    deployed = real["deployed"]
-    enc = QueryEncoder(real["bundle"], max_tokens=deployed["max_tokens"])
-    long_text = " ".join(real["texts"])
-    assert len(QueryEncoder(real["bundle"], max_tokens=4096).encode(long_text).token_ids) > \
-        deployed["max_tokens"]
-    texts = [*real["texts"], *ODD_TEXTS, long_text]
-    worst = 1.0
-    for text in texts:
-        ours = enc.encode(text)
-        dense = np.array(mlapi.predict_dense(client, deployed["dense_model_id"], text), np.float32)
-        cos = float(dense @ ours.dense / np.linalg.norm(dense) / np.linalg.norm(ours.dense))
-        worst = min(worst, cos)
-        assert cos >= 0.9999, (text, cos)
-        np.testing.assert_allclose(dense, ours.dense, rtol=1e-4, atol=1e-5, err_msg=text)
-        sparse = mlapi.predict_sparse(client, deployed["sparse_model_id"], text)
-        assert sparse.keys() == ours.sparse.keys(), text
-        assert [sparse[k] for k in ours.sparse] == pytest.approx(list(ours.sparse.values()),
-                                                                 rel=1e-6)
-    print(f"\n[real bundle {real['bundle'].config.backbone_name}] {len(texts)} queries: "
-          f"min cosine {worst:.7f}, sparse equal")
+    def test_cluster_vectors_equal_the_client(self, real: dict[str, Any], client: Any) -> None:
+        """ADI's judged queries, odd texts (quotes, accents, CJK, an emoji) and one longer than
+        the cap: the cluster's dense vector is the client QueryEncoder's (for bge, the rows of
+        its prompt-bearing table), its sparse map the client's."""
+        deployed = real["deployed"]
+        enc = QueryEncoder(real["bundle"], max_tokens=deployed["max_tokens"])
+        long_text = " ".join(real["texts"])
+        assert len(QueryEncoder(real["bundle"], max_tokens=4096).encode(long_text).token_ids) > \
+            deployed["max_tokens"]
+        texts = [*real["texts"], *ODD_TEXTS, long_text]
+        worst = 1.0
+        for text in texts:
+            ours = enc.encode(text)
+            dense = np.array(mlapi.predict_dense(client, deployed["dense_model_id"], text),
+                             np.float32)
+            cos = float(dense @ ours.dense / np.linalg.norm(dense) / np.linalg.norm(ours.dense))
+            worst = min(worst, cos)
+            assert cos >= 0.9999, (text, cos)
+            np.testing.assert_allclose(dense, ours.dense, rtol=1e-4, atol=1e-5, err_msg=text)
+            sparse = mlapi.predict_sparse(client, deployed["sparse_model_id"], text)
+            assert sparse.keys() == ours.sparse.keys(), text
+            assert [sparse[k] for k in ours.sparse] == pytest.approx(list(ours.sparse.values()),
+                                                                     rel=1e-6)
+        print(f"\n[real bundle {real['bundle'].config.backbone_name}] {len(texts)} queries: "
+              f"min cosine {worst:.7f}, sparse equal")
 
+    def test_the_text_only_request_ranks_as_lr_search(self, real: dict[str, Any], client: Any,
+                                                      ml_node: NodeConfig,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """docs/IN_CLUSTER.md's curl body, as written there (text only, the index's default
+        pipeline fuses), against ``lr search`` with the same candidates."""
+        depth = 100
+        cluster = []
+        for text in real["texts"]:
+            body = {"size": 10, "_source": {"excludes": ["lr_dense", "lr_sparse"]},
+                    "query": {"hybrid": {"pagination_depth": depth, "queries": [
+                        {"neural": {"lr_dense": {"query_text": text, "k": depth}}},
+                        {"neural_sparse": {"lr_sparse": {"query_text": text}}},
+                        {"multi_match": {"query": text, "fields": ["title", "text"]}}]}}}
+            cluster.append([h["_id"] for h in
+                            client.search(index=real["index"], body=body)["hits"]["hits"]])
+        ours = _lr_json(capsys, "search", "--index", real["index"], "--bundle", str(real["path"]),
+                        "--url", ml_node.url, "--candidates", str(depth), *real["texts"])
+        _same_ranking(cluster, _json_ids(ours), real,
+                      f"{real['bundle'].config.backbone_name}: text-only request vs lr search")
 
-def test_the_text_only_request_ranks_as_lr_search(real: dict[str, Any], client: Any,
-                                                  ml_node: NodeConfig,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/IN_CLUSTER.md's curl body, as written there (text only, the index's default
-    pipeline fuses), against ``lr search`` with the same candidates."""
-    depth = 100
-    cluster = []
-    for text in real["texts"]:
-        body = {"size": 10, "_source": {"excludes": ["lr_dense", "lr_sparse"]},
-                "query": {"hybrid": {"pagination_depth": depth, "queries": [
-                    {"neural": {"lr_dense": {"query_text": text, "k": depth}}},
-                    {"neural_sparse": {"lr_sparse": {"query_text": text}}},
-                    {"multi_match": {"query": text, "fields": ["title", "text"]}}]}}}
-        cluster.append([h["_id"] for h in
-                        client.search(index=real["index"], body=body)["hits"]["hits"]])
-    ours = _lr_json(capsys, "search", "--index", real["index"], "--bundle", str(real["path"]),
-                    "--url", ml_node.url, "--candidates", str(depth), *real["texts"])
-    _same_ranking(cluster, _json_ids(ours), real,
-                  f"{real['bundle'].config.backbone_name}: text-only request vs lr search")
-
-
-def test_lr_search_in_cluster_ranks_as_lr_search(real: dict[str, Any], ml_node: NodeConfig,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    common = ("search", "--index", real["index"], "--bundle", str(real["path"]), "--url",
-              ml_node.url)
-    ours = _lr_json(capsys, *common, *real["texts"])
-    theirs = _lr_json(capsys, *common, "--in-cluster", *real["texts"])
-    _same_ranking(_json_ids(theirs), _json_ids(ours), real,
-                  f"{real['bundle'].config.backbone_name}: lr search --in-cluster vs lr search")
-    assert all(len(r["hits"]) == 10 for r in theirs)
+    def test_lr_search_in_cluster_ranks_as_lr_search(self, real: dict[str, Any],
+                                                     ml_node: NodeConfig,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+        common = ("search", "--index", real["index"], "--bundle", str(real["path"]), "--url",
+                  ml_node.url)
+        ours = _lr_json(capsys, *common, *real["texts"])
+        theirs = _lr_json(capsys, *common, "--in-cluster", *real["texts"])
+        _same_ranking(_json_ids(theirs), _json_ids(ours), real,
+                      f"{real['bundle'].config.backbone_name}: lr search --in-cluster vs lr search")
+        assert all(len(r["hits"]) == 10 for r in theirs)
 
 
 # --- the other engines and layouts --------------------------------------------------------
