@@ -329,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx["word_ids"][[i for w, i in tokenizer.get_vocab().items() if w.removeprefix("##").isalnum()]] = True
     if args.small:
         _small_subset(ctx, [(t, x) for _, t, x in recs], args.small, tokenizer, args.work, encoder)
-    def extra(kind: str) -> tuple[sp.csr_matrix, np.ndarray]:
+    def extra_rows(kind: str) -> tuple[sp.csr_matrix, np.ndarray]:
         """Bags and full-model vectors of the generated queries of the fit's documents
         (``instruct``), keyword lists of the same documents (``keywords``) or both."""
         if kind == "both":
-            pairs = [extra("instruct"), extra("keywords")]
+            pairs = [extra_rows("instruct"), extra_rows("keywords")]
             return sp.vstack([b for b, _ in pairs]).tocsr(), np.vstack([t for _, t in pairs])
         fit_docs = ctx.get("sample")
         allowed = {doc_ids[i] for i in (range(len(recs)) if fit_docs is None else fit_docs)}
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("%s: %d queries of %d documents, e.g. %s", kind, len(texts), len(allowed), texts[:3])
         return token_bags(xf, xl, vocab), xt
 
-    ctx["extra"] = extra
+    ctx["extra"] = extra_rows
     splits = [(args.split, data, qfull)]
     if args.report_split:  # figures for the report only, never for a choice
         rep = load_beir(args.dataset, args.report_split)
