@@ -25,9 +25,10 @@ SPARSE_HEADS = ("lm", "mlm", "tied")
 #: "medusa_max" (the Medusa heads' logits max-pooled as LightRetriever, weighted alike)
 SPARSE_MODES = ("max", "medusa_last", "medusa_max")
 #: how the document encoder computes (ingest, ``lr bundle build``'s fit): "fp32" (the
-#: default: float32 vectors), "bf16" (the backbone's matmuls in bfloat16);
-#: ``lr_opensearch.model.precision``, measured in docs/RESULTS.md
-ENCODE_PRECISIONS = ("fp32", "bf16")
+#: default: float32 vectors), "mixed" (the backbone's matrix products in bfloat16, its
+#: residual stream, LayerNorm and softmax in float32), "bf16" (the whole backbone body in
+#: bfloat16); ``lr_opensearch.model.precision``, measured in docs/RESULTS.md
+ENCODE_PRECISIONS = ("fp32", "mixed", "bf16")
 DEFAULT_ENCODE_PRECISION = "fp32"
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field

@@ -278,20 +278,38 @@ def es_client(es_url: str) -> Any:
     return client
 
 
+def _fitted_adi_bundle(model: str, label: str) -> Path:
+    """``model`` with its query table fitted on ADI, from the bundle store: fitted once per
+    store, then reused (``bundle.store.fitted_bundle``, what `lr bundle build --fit-corpus`
+    and zero-config ingest build)."""
+    from ingest_support import data_dir
+
+    from lr_opensearch.bundle.store import fitted_bundle
+
+    corpus = data_dir() / "adi" / "corpus.jsonl.gz"
+    if not corpus.is_file():
+        pytest.fail(f"the shared ADI collection is missing ({corpus})", pytrace=False)
+    started = time.monotonic()
+    path = fitted_bundle(corpus, model=model, progress=False)
+    print(f"\n[conftest] fitted {label} bundle {path} ready in {time.monotonic() - started:.0f} s")
+    return path
+
+
 @pytest.fixture(scope="session")
 def fitted_minilm() -> Path:
     """The real bundle: the packaged MiniLM with its query table fitted on ADI (what the
     README's `lr bundle build --fit-corpus` and zero-config ingest build), from the bundle
     store: fitted once per store (minutes on 2 cores), then reused (`lr demo` uses the same
     one)."""
-    from ingest_support import data_dir
+    from lr_opensearch.bundle.store import DEFAULT_MODEL
 
-    from lr_opensearch.bundle.store import DEFAULT_MODEL, fitted_bundle
+    return _fitted_adi_bundle(DEFAULT_MODEL, "MiniLM")
 
-    corpus = data_dir() / "adi" / "corpus.jsonl.gz"
-    if not corpus.is_file():
-        pytest.fail(f"the shared ADI collection is missing ({corpus})", pytrace=False)
-    started = time.monotonic()
-    path = fitted_bundle(corpus, model=DEFAULT_MODEL, progress=False)
-    print(f"\n[conftest] fitted MiniLM bundle {path} ready in {time.monotonic() - started:.0f} s")
-    return path
+
+@pytest.fixture(scope="session")
+def fitted_bge() -> Path:
+    """The packaged bge-small-en-v1.5 (12 layers, CLS pooling, the query prompt "Represent
+    this sentence for searching relevant passages: " in every table row) fitted on ADI, as
+    `lr bundle build --model packaged:bge-small --fit-corpus` builds it; from the bundle
+    store like ``fitted_minilm`` (the first fit on a machine: minutes on 2 cores)."""
+    return _fitted_adi_bundle("packaged:bge-small", "bge-small")

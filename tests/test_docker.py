@@ -129,25 +129,23 @@ def _ingest_job(project: str, corpus: Path, bundle: Path, tmp_path: Path) -> str
     return index
 
 
-def test_search_image_searches_without_torch(docker_opensearch_url: str, host_loaded: str,
-                                            tiny: Path,
-                                            adi: tuple[Path, list[dict[str, Any]]]) -> None:
-    """The torch-free search image (``lr-search``, docker/build.sh search): ``lr search`` in
-    it returns the host's hits and scores for the index the host loaded; torch is not in it."""
+def _search_in_image(url: str, index: str, bundle: Path,
+                     queries: list[str]) -> tuple[list[Any], list[Any]]:
+    """``lr search --json`` on the host and in the torch-free search image (``lr-search``,
+    docker/build.sh search) with ``bundle`` mounted; each one's hits as (id, score 1e-6)."""
     import json
 
     from lr_opensearch import __version__
 
     image = f"localhost/lr-opensearch/lr-search:{__version__}"
-    queries = [q["text"] for q in read_corpus(data_dir() / "adi" / "queries.jsonl.gz", limit=3)]
-    args = ["search", "--index", host_loaded, "--url", docker_opensearch_url, "--json", *queries]
-    host = _lr(*args, "--bundle", str(tiny))
+    args = ["search", "--index", index, "--url", url, "--json", *queries]
+    host = _lr(*args, "--bundle", str(bundle))
     assert host.returncode == 0, host.stderr[-2000:]
     # No --rm (podman 4.3's Docker API reports exit 0 for a removed container whatever its
     # status); the caller's uid reads the bundle (pytest's tmp dirs are private).
     name = f"lr-search-test-{uuid.uuid4().hex[:8]}"
     run = subprocess.run(["docker", "run", "--name", name, "--network", "host", "--user",
-                          str(os.getuid()), "-v", f"{tiny}:/bundle:ro", image, *args,
+                          str(os.getuid()), "-v", f"{bundle}:/bundle:ro", image, *args,
                           "--bundle", "/bundle"],
                          capture_output=True, text=True, timeout=600, check=False)
     subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=120)
@@ -156,9 +154,21 @@ def test_search_image_searches_without_torch(docker_opensearch_url: str, host_lo
     def ranked(out: str) -> list[list[tuple[str, float]]]:
         return [[(h["doc_id"], round(h["score"], 6)) for h in d["hits"]] for d in json.loads(out)]
 
-    want, got = ranked(host.stdout), ranked(run.stdout)
+    return ranked(host.stdout), ranked(run.stdout)
+
+
+def test_search_image_searches_without_torch(docker_opensearch_url: str, host_loaded: str,
+                                            tiny: Path,
+                                            adi: tuple[Path, list[dict[str, Any]]]) -> None:
+    """The torch-free search image (``lr-search``, docker/build.sh search): ``lr search`` in
+    it returns the host's hits and scores for the index the host loaded; torch is not in it."""
+    from lr_opensearch import __version__
+
+    queries = [q["text"] for q in read_corpus(data_dir() / "adi" / "queries.jsonl.gz", limit=3)]
+    want, got = _search_in_image(docker_opensearch_url, host_loaded, tiny, queries)
     assert len(want) == len(queries) and all(len(hits) == 10 for hits in want)
     assert got == want
+    image = f"localhost/lr-opensearch/lr-search:{__version__}"
     probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", image, "-c",
                             "import importlib.util as u; print(u.find_spec('torch'))"],
                            capture_output=True, text=True, timeout=300, check=False)
@@ -202,21 +212,27 @@ def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_pr
     client.indices.delete(index=index)
 
 
+@pytest.mark.parametrize("real", ["fitted_minilm", "fitted_bge"])
 def test_one_shot_ingest_container_with_the_real_bundle(
-        docker_opensearch_url: str, docker_compose_project_name: str, fitted_minilm: Path,
-        adi: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
-    """The README's bundle (the packaged MiniLM fitted on ADI, 384 d) through the one-shot
-    ingest container, searched from the host: every id, the stored vectors are the host
-    encoder's, the dense leg's top 10 is the exact one, the hybrid answers every query."""
+        docker_opensearch_url: str, docker_compose_project_name: str, real: str,
+        adi: tuple[Path, list[dict[str, Any]]], tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    """A real bundle through the one-shot ingest container, searched from the host and from
+    the search image: the README's (the packaged MiniLM fitted on ADI, 384 d, mean pooling)
+    and bge-small-en-v1.5's (12 layers, CLS pooling, its query prompt in the table): every
+    id, the stored vectors are the host encoder's, the dense leg's top 10 is the exact one,
+    the hybrid answers every query, and ``lr search`` in the ``lr-search`` image returns the
+    host's hits and scores."""
     from lr_opensearch.indexing.reader import document_text
     from lr_opensearch.model import DocEncoder
 
-    index = _ingest_job(docker_compose_project_name, adi[0], fitted_minilm, tmp_path)
+    path: Path = request.getfixturevalue(real)
+    index = _ingest_job(docker_compose_project_name, adi[0], path, tmp_path)
     client = connect(docker_opensearch_url)
     try:
         ids = index_ids(client, index)
         assert len(ids) == len(set(ids)) == len(adi[1])
-        bundle = load_bundle(fitted_minilm)
+        bundle = load_bundle(path)
         sample = adi[1][::10]
         expected = DocEncoder.from_bundle(bundle, device="cpu", batch_size=8).encode(
             [document_text(d.get("title", ""), d["text"]) for d in sample])
@@ -236,6 +252,8 @@ def test_one_shot_ingest_container_with_the_real_bundle(
         dense = retriever.search_batch(texts, 10, mode="dense")
         assert [[h.doc_id for h in hits] for hits in dense] == exact
         assert all(len(hits) == 10 for hits in retriever.search_batch(texts, 10))
+        want, got = _search_in_image(docker_opensearch_url, index, path, texts[:5])
+        assert all(len(hits) == 10 for hits in want) and got == want
     finally:
         client.indices.delete(index=index, ignore_unavailable=True)
 

@@ -110,15 +110,17 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+@pytest.mark.parametrize("precision", ["mixed", "bf16"])
 @pytest.mark.parametrize("name", list(MODELS))
-def test_bf16_within_cosine_0999_of_fp32(name: str) -> None:
-    """bf16: dense vectors and (untruncated) sparse vectors within cosine 0.999 of fp32,
-    for the documents and for dense-only encodes (the fit's pseudo-queries)."""
+def test_bfloat16_precisions_within_cosine_0999_of_fp32(name: str, precision: str) -> None:
+    """mixed and bf16: dense vectors and (untruncated) sparse vectors within cosine 0.999
+    of fp32, for the documents and for dense-only encodes (the fit's pseudo-queries)."""
     model, tok = MODELS[name]()
     vocab = model.vocab_size
     fp32 = _encoder(name, "fp32", vocab, exact_top=False)
-    bf16 = _encoder(name, "bf16", vocab)
-    assert bf16.model.hf.base_model.get_submodule(_first_linear(bf16.model)).weight.dtype == torch.bfloat16
+    bf16 = _encoder(name, precision, vocab)
+    linear = bf16.model.hf.base_model.get_submodule(_first_linear(bf16.model))
+    assert linear.weight.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
     a, b = fp32.encode(SENTENCES), bf16.encode(SENTENCES)
     assert _cosine(a.dense, b.dense).min() >= 0.999
     assert np.abs(a.dense - b.dense).max() > 0  # bf16 really computed differently
@@ -150,8 +152,34 @@ def test_prepare_converts_a_copy(name: str) -> None:
     assert hidden.dtype == torch.float32
 
 
+def test_mixed_runs_the_bodys_products_in_bfloat16_on_a_copy() -> None:
+    """mixed: the same weights (float32, shared, not copied), the body's linear layers fed
+    and computing bfloat16 under autocast, its LayerNorms float32, its output float32; the
+    model ``lr bundle build`` saves afterwards is left as it was."""
+    model, _ = MODELS["bert-tied-mean"]()
+    mixed = prepare(model, "mixed")
+    assert mixed is not model and model.body_autocast is None
+    assert mixed.hf is model.hf and {p.dtype for p in model.parameters()} == {torch.float32}
+    seen: dict[str, set[torch.dtype]] = {}
+
+    def record(module: torch.nn.Module, args: Any, out: torch.Tensor) -> None:
+        seen.setdefault(type(module).__name__, set()).add(out.dtype)
+
+    hooks = [m.register_forward_hook(record) for m in model.hf.base_model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))]
+    ids = torch.tensor([[2, 7, 9, 3]])
+    mask = torch.ones_like(ids)
+    with torch.inference_mode():
+        hidden = mixed.body(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0))
+        for hook in hooks:
+            hook.remove()
+        plain = model.body(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0))
+    assert seen == {"Linear": {torch.bfloat16}, "LayerNorm": {torch.float32}}
+    assert hidden.dtype == plain.dtype == torch.float32
+    assert 0 < (hidden - plain).abs().max() < 0.1 * plain.abs().max()
+
+
 def test_unknown_precision_names_the_valid_ones() -> None:
-    with pytest.raises(ConfigError, match="fp32, bf16"):
+    with pytest.raises(ConfigError, match="fp32, mixed, bf16"):
         check_precision("fp16", torch.device("cpu"))
     assert ENCODE_PRECISIONS[0] == "fp32"
 

@@ -57,3 +57,43 @@ def test_smollm2_decoder_query_forward_and_table() -> None:
     scale = float(packed.abs().max())
     print(f"\nSmolLM2: max |packed or table - independent| = {max(diffs):.2e} (values up to {scale:.1f})")
     assert max(diffs) < 1e-4 * max(1.0, scale)
+
+
+def test_encode_precisions_on_the_real_minilm() -> None:
+    """The precisions of ``--encode-precision`` on the packaged MiniLM and 32 real ADI
+    documents: the default (fp32, its projection screened in bfloat16 where that is fast)
+    stores float32's vectors; mixed and bf16 stay within dense cosine 0.999 and keep
+    nearly the same sparse terms (docs/RESULTS.md measures them on whole collections)."""
+    import numpy as np
+    from ingest_support import data_dir, read_corpus
+
+    from lr_opensearch.indexing.reader import document_text
+    from lr_opensearch.model import DocEncoder
+
+    model_dir = packaged_model_dir()
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    docs = read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=32)
+    texts = [document_text(d.get("title", ""), d["text"]) for d in docs]
+
+    def encoder(precision: str) -> DocEncoder:
+        model = LightRetrieverModel.from_pretrained(model_dir, normalize=None)
+        return DocEncoder(model, tok, max_length=256, device="cpu", precision=precision)
+
+    plain = encoder("fp32")
+    plain._exact_top = None  # float32 throughout
+    want = plain.encode(texts)
+    got = {p: encoder(p).encode(texts) for p in ("fp32", "mixed", "bf16")}
+    np.testing.assert_array_equal(got["fp32"].dense, want.dense)
+    for a, b in zip(got["fp32"].sparse, want.sparse, strict=True):
+        assert a.keys() == b.keys() and all(abs(a[t] - b[t]) <= 1e-5 for t in b)
+
+    def cosine(a: dict[int, float], b: dict[int, float]) -> float:
+        dot = sum(w * b.get(t, 0.0) for t, w in a.items())
+        return dot / float(np.linalg.norm(list(a.values())) * np.linalg.norm(list(b.values())))
+
+    for precision in ("mixed", "bf16"):
+        out = got[precision]
+        dense = (out.dense * want.dense).sum(1)  # unit vectors (MiniLM normalises)
+        assert dense.min() >= 0.999 and np.abs(out.dense - want.dense).max() > 0
+        sparse = [cosine(a, b) for a, b in zip(out.sparse, want.sparse, strict=True)]
+        assert min(sparse) >= 0.95 and float(np.mean(sparse)) >= 0.99, (precision, min(sparse))

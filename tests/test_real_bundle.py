@@ -8,7 +8,9 @@ path runs on that index or beside it:
 
 - ``lr models deploy`` (a dense zip of about 22 MB: three upload chunks), the cluster's
   query vectors against the client's, the text-only request of docs/IN_CLUSTER.md and
-  ``lr search --in-cluster`` against ``lr search``;
+  ``lr search --in-cluster`` against ``lr search`` (``TestInCluster``: for this bundle and
+  for bge-small-en-v1.5 fitted on ADI, conftest's ``fitted_bge``: 12 layers, CLS pooling,
+  its query prompt in every table row, ingested into a second index of the same node);
 - Elasticsearch ingest and search; Ray ingest; the SEISMIC (``sparse_vector``) layout;
 - ``lr inspect`` in headless Chromium; ``lr eval``; ``lr dashboards export``;
 - the LLM vocabulary through ``lr models deploy``: SmolLM2's tokenizer (49,152 tokens) with a
@@ -16,8 +18,9 @@ path runs on that index or beside it:
   deploy path depends on - the tokenizer, the zip's size - is the real one), equal vectors
   and the in-cluster ranking against the client's.
 
-Cost: the fit (first run on a machine only), one ml node and one Elasticsearch node start,
-a Ray start, Chromium; see docs/RESULTS.md for the measured time.
+Cost: the two fits (first run on a machine only; bge's took 472 s at load 4-5), one ml node
+and one Elasticsearch node start, a Ray start, Chromium; see docs/RESULTS.md for the
+measured time.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.node, pytest.mark.ml]
 
 ADI = data_dir() / "adi"
 INDEX = "lr-real-adi"
+INDEX_BGE = "lr-real-adi-bge"
+BGE_PROMPT = "Represent this sentence for searching relevant passages: "
+#: odd query texts: quotes, accents, CJK, an emoji among words, a hyphenated word
+ODD_TEXTS = ['"boundary layer" heat transfer', "naïve café über don't",
+             "Schrödinger's équation: “quoted” ‘text’ — done", "数据检索 retrieval",
+             "search 🔍 engines", "state-of-the-art indexing (1960s)"]
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
@@ -83,14 +92,11 @@ def client(ml_node: NodeConfig) -> Any:
     return make_client(ml_node.url, timeout=180)
 
 
-@pytest.fixture(scope="module")
-def adi(fitted_minilm: Path, ml_node: NodeConfig, client: Any,
-        tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """ADI ingested with the real bundle by ``python -m ingest.bulk``; the judged queries,
-    qrels and every document's stored vectors."""
-    state = tmp_path_factory.mktemp("state")
-    proc = _cli(str(ADI / "corpus.jsonl.gz"), "--bundle", str(fitted_minilm), "--index", INDEX,
-                "--url", ml_node.url, "--state-dir", str(state), "--no-progress", "-q",
+def _ingested(path: Path, index: str, url: str, client: Any, state: Path) -> dict[str, Any]:
+    """ADI ingested with the bundle at ``path`` by ``python -m ingest.bulk``; the bundle, the
+    judged queries, qrels and every document's stored vectors."""
+    proc = _cli(str(ADI / "corpus.jsonl.gz"), "--bundle", str(path), "--index", index,
+                "--url", url, "--state-dir", str(state), "--no-progress", "-q",
                 module="ingest.bulk")
     assert proc.returncode == 0, proc.stderr[-3000:]
     qrels: dict[str, dict[str, int]] = {}
@@ -98,10 +104,18 @@ def adi(fitted_minilm: Path, ml_node: NodeConfig, client: Any,
         q, d, s = line.split("\t")
         qrels.setdefault(q, {})[d] = int(s)
     queries = [q for q in read_jsonl(ADI / "queries.jsonl.gz") if str(q["_id"]) in qrels]
-    docs = _stored(client, INDEX)
+    docs = _stored(client, index)
     assert len(docs) == len(read_jsonl(ADI / "corpus.jsonl.gz")) == 82
-    return {"bundle": load_bundle(fitted_minilm), "path": fitted_minilm, "queries": queries,
+    return {"bundle": load_bundle(path), "path": path, "index": index, "queries": queries,
             "texts": [q["text"] for q in queries], "qrels": qrels, "docs": docs}
+
+
+@pytest.fixture(scope="module")
+def adi(fitted_minilm: Path, ml_node: NodeConfig, client: Any,
+        tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """ADI ingested with the real bundle by ``python -m ingest.bulk``; the judged queries,
+    qrels and every document's stored vectors."""
+    return _ingested(fitted_minilm, INDEX, ml_node.url, client, tmp_path_factory.mktemp("state"))
 
 
 def _stored(client: Any, index: str) -> dict[str, dict[str, Any]]:
@@ -160,77 +174,121 @@ def _brute_force_dense(bundle: Bundle, texts: list[str],
 # --- lr models deploy, the text-only request, lr search --in-cluster ------------------------
 
 
-@pytest.fixture(scope="module")
-def deployed(adi: dict[str, Any], ml_node: NodeConfig, client: Any) -> dict[str, Any]:
+def _deploy(path: Path, index: str, url: str) -> dict[str, Any]:
     """``lr models deploy --bundle B --index I --default-pipeline --json``: its record."""
     from lr_opensearch.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["models", "deploy", "--bundle", str(adi["path"]), "--index", INDEX,
-                     "--default-pipeline", "--url", ml_node.url, "--json"]) == 0
+        assert main(["models", "deploy", "--bundle", str(path), "--index", index,
+                     "--default-pipeline", "--url", url, "--json"]) == 0
     return dict(json.loads(out.getvalue()))
 
 
-def test_models_deploy_uploads_the_real_bundle_in_chunks(adi: dict[str, Any],
-                                                         deployed: dict[str, Any],
-                                                         client: Any) -> None:
-    dense = export_dense(adi["bundle"], max_tokens=deployed["max_tokens"])
-    chunks = math.ceil(len(dense.data) / mlapi.UPLOAD_CHUNK_LIMIT)
-    print(f"\n[real bundle] dense zip {len(dense.data):,} bytes: {chunks} chunks")
-    assert len(dense.data) > 2 * mlapi.UPLOAD_CHUNK_LIMIT  # the case the toy bundles missed
-    assert deployed["actions"] == {"dense": "uploaded", "sparse": "uploaded"}
-    model = mlapi.get_model(client, deployed["dense_model_id"])
-    assert model["total_chunks"] == chunks and model["model_content_hash_value"] == dense.sha256
-    for key in ("dense_model_id", "sparse_model_id"):
-        assert mlapi.state_of(client, deployed[key]) == mlapi.DEPLOYED
+@pytest.fixture(scope="module")
+def deployed(adi: dict[str, Any], ml_node: NodeConfig) -> dict[str, Any]:
+    return _deploy(adi["path"], INDEX, ml_node.url)
 
 
-def test_cluster_vectors_equal_the_client(adi: dict[str, Any], deployed: dict[str, Any],
-                                          client: Any) -> None:
-    enc = QueryEncoder(adi["bundle"], max_tokens=deployed["max_tokens"])
-    worst = 1.0
-    for text in adi["texts"]:
-        ours = enc.encode(text)
-        dense = np.array(mlapi.predict_dense(client, deployed["dense_model_id"], text), np.float32)
-        cos = float(dense @ ours.dense / np.linalg.norm(dense) / np.linalg.norm(ours.dense))
-        worst = min(worst, cos)
-        assert cos >= 0.9999, (text, cos)
-        np.testing.assert_allclose(dense, ours.dense, rtol=1e-4, atol=1e-5)
-        sparse = mlapi.predict_sparse(client, deployed["sparse_model_id"], text)
-        assert sparse.keys() == ours.sparse.keys(), text
-        assert [sparse[k] for k in ours.sparse] == pytest.approx(list(ours.sparse.values()),
-                                                                 rel=1e-6)
-    print(f"\n[real bundle] {len(adi['texts'])} queries: min cosine {worst:.7f}, sparse equal")
+@pytest.fixture(scope="class", params=["minilm", "bge-small"])
+def real(request: pytest.FixtureRequest, ml_node: NodeConfig, client: Any,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The in-cluster path's two real bundles, each ingested and deployed (its record under
+    ``deployed``): MiniLM (6 layers, mean pooling, no prompt) and bge-small-en-v1.5 (12
+    layers, CLS pooling, its query prompt inside every table row; conftest's
+    ``fitted_bge``). Class-scoped: bge's models are removed again when ``TestInCluster`` is
+    done (with them still deployed, SmolLM2's 53 MB upload trips the 1 GB node's heap
+    breaker)."""
+    if request.param == "minilm":
+        yield {**request.getfixturevalue("adi"), "deployed": request.getfixturevalue("deployed")}
+        return
+    path = request.getfixturevalue("fitted_bge")
+    coll = _ingested(path, INDEX_BGE, ml_node.url, client, tmp_path_factory.mktemp("state-bge"))
+    assert coll["bundle"].config.pooling == "cls" and dict(coll["bundle"].instructions) == {
+        "default": BGE_PROMPT}
+    try:
+        yield {**coll, "deployed": _deploy(path, INDEX_BGE, ml_node.url)}
+    finally:
+        from lr_opensearch.cluster import undeploy_bundle
+
+        undeploy_bundle(client, coll["bundle"].bundle_id, delete=True)  # frees the node's memory
+        client.indices.delete(index=INDEX_BGE, ignore_unavailable=True)
 
 
-def test_the_text_only_request_ranks_as_lr_search(adi: dict[str, Any], deployed: dict[str, Any],
-                                                  client: Any, ml_node: NodeConfig,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/IN_CLUSTER.md's curl body, as written there (text only, the index's default
-    pipeline fuses), against ``lr search`` with the same candidates."""
-    depth = 100
-    cluster = []
-    for text in adi["texts"]:
-        body = {"size": 10, "_source": {"excludes": ["lr_dense", "lr_sparse"]},
-                "query": {"hybrid": {"pagination_depth": depth, "queries": [
-                    {"neural": {"lr_dense": {"query_text": text, "k": depth}}},
-                    {"neural_sparse": {"lr_sparse": {"query_text": text}}},
-                    {"multi_match": {"query": text, "fields": ["title", "text"]}}]}}}
-        cluster.append([h["_id"] for h in client.search(index=INDEX, body=body)["hits"]["hits"]])
-    ours = _lr_json(capsys, "search", "--index", INDEX, "--bundle", str(adi["path"]), "--url",
-                    ml_node.url, "--candidates", str(depth), *adi["texts"])
-    _same_ranking(cluster, _json_ids(ours), adi, "text-only request vs lr search")
+class TestInCluster:
+    """``lr models deploy``, the cluster's vectors, the text-only request and `lr search
+    --in-cluster`, for each real bundle (``real``)."""
 
+    def test_models_deploy_uploads_the_real_bundle_in_chunks(self, real: dict[str, Any],
+                                                             client: Any) -> None:
+        deployed = real["deployed"]
+        dense = export_dense(real["bundle"], max_tokens=deployed["max_tokens"])
+        chunks = math.ceil(len(dense.data) / mlapi.UPLOAD_CHUNK_LIMIT)
+        print(f"\n[real bundle {real['bundle'].config.backbone_name}] dense zip "
+              f"{len(dense.data):,} bytes: {chunks} chunks")
+        assert len(dense.data) > 2 * mlapi.UPLOAD_CHUNK_LIMIT  # the case the toy bundles missed
+        assert deployed["actions"] == {"dense": "uploaded", "sparse": "uploaded"}
+        model = mlapi.get_model(client, deployed["dense_model_id"])
+        assert model["total_chunks"] == chunks and model["model_content_hash_value"] == dense.sha256
+        for key in ("dense_model_id", "sparse_model_id"):
+            assert mlapi.state_of(client, deployed[key]) == mlapi.DEPLOYED
 
-def test_lr_search_in_cluster_ranks_as_lr_search(adi: dict[str, Any], deployed: dict[str, Any],
-                                                 ml_node: NodeConfig,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    common = ("search", "--index", INDEX, "--bundle", str(adi["path"]), "--url", ml_node.url)
-    ours = _lr_json(capsys, *common, *adi["texts"])
-    theirs = _lr_json(capsys, *common, "--in-cluster", *adi["texts"])
-    _same_ranking(_json_ids(theirs), _json_ids(ours), adi, "lr search --in-cluster vs lr search")
-    assert all(len(r["hits"]) == 10 for r in theirs)
+    def test_cluster_vectors_equal_the_client(self, real: dict[str, Any], client: Any) -> None:
+        """ADI's judged queries, odd texts (quotes, accents, CJK, an emoji) and one longer than
+        the cap: the cluster's dense vector is the client QueryEncoder's (for bge, the rows of
+        its prompt-bearing table), its sparse map the client's."""
+        deployed = real["deployed"]
+        enc = QueryEncoder(real["bundle"], max_tokens=deployed["max_tokens"])
+        long_text = " ".join(real["texts"])
+        assert len(QueryEncoder(real["bundle"], max_tokens=4096).encode(long_text).token_ids) > \
+            deployed["max_tokens"]
+        texts = [*real["texts"], *ODD_TEXTS, long_text]
+        worst = 1.0
+        for text in texts:
+            ours = enc.encode(text)
+            dense = np.array(mlapi.predict_dense(client, deployed["dense_model_id"], text),
+                             np.float32)
+            cos = float(dense @ ours.dense / np.linalg.norm(dense) / np.linalg.norm(ours.dense))
+            worst = min(worst, cos)
+            assert cos >= 0.9999, (text, cos)
+            np.testing.assert_allclose(dense, ours.dense, rtol=1e-4, atol=1e-5, err_msg=text)
+            sparse = mlapi.predict_sparse(client, deployed["sparse_model_id"], text)
+            assert sparse.keys() == ours.sparse.keys(), text
+            assert [sparse[k] for k in ours.sparse] == pytest.approx(list(ours.sparse.values()),
+                                                                     rel=1e-6)
+        print(f"\n[real bundle {real['bundle'].config.backbone_name}] {len(texts)} queries: "
+              f"min cosine {worst:.7f}, sparse equal")
+
+    def test_the_text_only_request_ranks_as_lr_search(self, real: dict[str, Any], client: Any,
+                                                      ml_node: NodeConfig,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """docs/IN_CLUSTER.md's curl body, as written there (text only, the index's default
+        pipeline fuses), against ``lr search`` with the same candidates."""
+        depth = 100
+        cluster = []
+        for text in real["texts"]:
+            body = {"size": 10, "_source": {"excludes": ["lr_dense", "lr_sparse"]},
+                    "query": {"hybrid": {"pagination_depth": depth, "queries": [
+                        {"neural": {"lr_dense": {"query_text": text, "k": depth}}},
+                        {"neural_sparse": {"lr_sparse": {"query_text": text}}},
+                        {"multi_match": {"query": text, "fields": ["title", "text"]}}]}}}
+            cluster.append([h["_id"] for h in
+                            client.search(index=real["index"], body=body)["hits"]["hits"]])
+        ours = _lr_json(capsys, "search", "--index", real["index"], "--bundle", str(real["path"]),
+                        "--url", ml_node.url, "--candidates", str(depth), *real["texts"])
+        _same_ranking(cluster, _json_ids(ours), real,
+                      f"{real['bundle'].config.backbone_name}: text-only request vs lr search")
+
+    def test_lr_search_in_cluster_ranks_as_lr_search(self, real: dict[str, Any],
+                                                     ml_node: NodeConfig,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+        common = ("search", "--index", real["index"], "--bundle", str(real["path"]), "--url",
+                  ml_node.url)
+        ours = _lr_json(capsys, *common, *real["texts"])
+        theirs = _lr_json(capsys, *common, "--in-cluster", *real["texts"])
+        _same_ranking(_json_ids(theirs), _json_ids(ours), real,
+                      f"{real['bundle'].config.backbone_name}: lr search --in-cluster vs lr search")
+        assert all(len(r["hits"]) == 10 for r in theirs)
 
 
 # --- the other engines and layouts --------------------------------------------------------

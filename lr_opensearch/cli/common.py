@@ -69,8 +69,9 @@ def client_from_args(args: argparse.Namespace) -> Any:
 PRECISION_HELP = (
     "how the document encoder computes: fp32 (default; on a CPU with AVX-512 BF16 or AMX its "
     "sparse projection is screened in bfloat16 and the kept weights recomputed in float32: the "
-    "same vectors, faster), bf16 (the backbone's matmuls in bfloat16 too: faster still, the "
-    "vectors move slightly: docs/RESULTS.md)")
+    "same vectors, faster), mixed (the backbone's matrix products in bfloat16, the rest float32: "
+    "faster, the vectors move slightly), bf16 (the whole backbone in bfloat16: about as fast, "
+    "the sparse vectors move more; docs/RESULTS.md)")
 
 
 def add_precision_arg(parser: Any) -> None:

@@ -102,6 +102,9 @@ class LightRetrieverModel(nn.Module):
         self.name = name
         self.sparse_mode = choice("sparse_mode", sparse_mode, SPARSE_MODES)
         self.soft_top_k_temperature = float(soft_top_k_temperature)
+        #: the body's matrix products in this dtype under autocast (float32 elsewhere);
+        #: None: the body's own dtype. ``precision.prepare`` sets it on a copy ("mixed").
+        self.body_autocast: torch.dtype | None = None
         self.medusa: MedusaHeads | None = None
         if sparse_mode != "max":
             if not framing.suffix:
@@ -225,9 +228,13 @@ class LightRetrieverModel(nn.Module):
              position_ids: torch.Tensor) -> torch.Tensor:
         """The transformer body: last hidden states [B, T, H]. Mask 2D [B, T] or 4D additive."""
         base = unwrap(self.hf).base_model
-        out = base(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids, use_cache=False)
-        return out.last_hidden_state
+        if self.body_autocast is None:
+            return base(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=position_ids, use_cache=False).last_hidden_state
+        with torch.autocast(input_ids.device.type, dtype=self.body_autocast):
+            out = base(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids, use_cache=False)
+        return out.last_hidden_state.float()
 
     def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                          exact_top: int | None = None, prompt_tokens: int = 0) -> DocOutput:
