@@ -1,7 +1,7 @@
 """Question-like pseudo-queries from the packaged instruct model (issue 37, item 3).
 
     python bench/instruct_queries.py --dataset ../shared/data/scifact --out W/instruct.jsonl \\
-        [--first-small 82] [--limit 1000] [--seconds 1500] [--batch 16] [--show 8]
+        [--first-small 82] [--limit 1000] [--seconds 1500] [--batch 16] [--passage-tokens 128]
 
 For a seeded random sample of the corpus's documents (documents only: no query, no
 judgment is read) asks SmolLM2-135M-Instruct, through its chat template, for one short
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=1000, help="documents in all (with those already in --out)")
     p.add_argument("--seconds", type=float, default=0, help="stop after this many seconds (0: no limit)")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--passage-tokens", type=int, default=200)
+    p.add_argument("--passage-tokens", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--show", type=int, default=8, help="print this many examples")
     args = p.parse_args(argv)
