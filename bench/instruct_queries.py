@@ -4,7 +4,7 @@
         [--first-small 82] [--limit 1000] [--seconds 1500] [--batch 16] [--passage-tokens 128]
 
 For a seeded random sample of the corpus's documents (documents only: no query, no
-judgment is read) asks SmolLM2-135M-Instruct, through its chat template, for one short
+judgment is used) asks SmolLM2-135M-Instruct, through its chat template, for one short
 search query about the passage (title + text truncated to ``--passage-tokens`` tokens of
 its tokenizer): greedy, ``--new-tokens`` new tokens at most, batched with left padding.
 The output is cleaned to one line (:func:`clean_query`). Rows are appended to ``--out``
