@@ -21,14 +21,21 @@ fitted jointly with the token rows; a text's vector is the mean over its tokens'
 its known pairs' rows; a pair row's prior is the mean of its two tokens' prior rows),
 ``wpairs[:N]`` (the same, pairs of word tokens in at most a fifth of the documents only),
 ``tokw[:PxK]`` (issue 37: a learned weight per token in the mean, started at IDF^P, K
-rounds of "weights by gradient steps with the table fixed, then the table refitted").
+rounds of "weights by gradient steps with the table fixed, then the table refitted"),
+``instruct[:w]`` / ``keywords[:w]`` / ``both[:w]`` / ``kwall[:w]`` (issue 37 item 3: rows of weight w added to
+the default fit: the queries ``bench/instruct_queries.py`` generated for the fit's documents
+(``--instruct``, default WORK/instruct.jsonl), keyword lists of 2-5 of the same documents'
+highest tf-idf words (:func:`keyword_queries`), or both; ``kwall[:w]``: one keyword list for
+every document of the fit; all embedded as the pseudo-queries are).
 ``--small`` makes the pseudo-queries' full-model vectors of the whole corpus unnecessary.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -202,6 +209,11 @@ def _run_token_variant(kind: str, arg: str, ctx: dict[str, Any]) -> np.ndarray:
         share = float(arg or 0.5)
         return fit_table(e0, sp.vstack([bags, gb]).tocsr(), np.vstack([targets, gt]),
                          weights=np.concatenate([wts, np.full(gb.shape[0], share)]))[0]
+    if kind in ("instruct", "keywords", "both", "kwall"):  # issue 37 item 3: query-like rows added to the fit's
+        xb, xt = ctx["extra"](kind)
+        share = float(arg or 1.0)
+        return fit_table(e0, sp.vstack([bags, xb]).tocsr(), np.vstack([targets, xt]),
+                         weights=np.concatenate([wts, np.full(xb.shape[0], share)]))[0]
     if kind == "distill":  # the library's default fit, then the listwise step (bundle.distill)
         from lr_opensearch.bundle.distill import DistillConfig, distill_table
 
@@ -218,6 +230,31 @@ def vocabulary_queries(tokenizer: Any, n: int, seed: int = 0, words: tuple[int, 
     rng = np.random.default_rng(seed)
     return [" ".join(vocab[j] for j in rng.choice(len(vocab), int(rng.integers(words[0], words[1] + 1)),
                                                  replace=False)) for _ in range(n)]
+
+
+_WORD = re.compile(r"[a-z][a-z0-9-]{2,}")
+
+
+def keyword_queries(docs: list[str], which: list[int], seed: int = 0, top: int = 8,
+                    words: tuple[int, int] = (2, 5)) -> list[str]:
+    """For each document ``docs[i]``, i in ``which``: 2-5 (``words``) of its ``top`` words of
+    highest tf-idf (count in the document x log(N / df) over ``docs``; lowercase words of >= 3
+    characters; ties by first occurrence), in random order."""
+    found = [_WORD.findall(d.lower()) for d in docs]
+    df: dict[str, int] = {}
+    for f in found:
+        for w in set(f):
+            df[w] = df.get(w, 0) + 1
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in which:
+        tf: dict[str, int] = {}
+        for w in found[i]:
+            tf[w] = tf.get(w, 0) + 1
+        best = sorted(tf, key=lambda w: -tf[w] * np.log(len(docs) / df[w]))[:top]  # stable
+        k = min(len(best), int(rng.integers(words[0], words[1] + 1)))
+        out.append(" ".join(best[j] for j in rng.permutation(len(best))[:k]))
+    return out
 
 
 def _small_subset(ctx: dict[str, Any], docs_text: list[tuple[str, str]], n: int, tokenizer: Any,
@@ -250,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=0)
     p.add_argument("--report-split", default=None, help="also score on this split (report only)")
     p.add_argument("--save", action="store_true", help="keep each table as WORK/table-VARIANT.npy")
+    p.add_argument("--instruct", type=Path, default=None,
+                   help="generated queries (bench/instruct_queries.py; default WORK/instruct.jsonl)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from tokenizers import Tokenizer
@@ -290,6 +329,32 @@ def main(argv: list[str] | None = None) -> int:
     ctx["word_ids"][[i for w, i in tokenizer.get_vocab().items() if w.removeprefix("##").isalnum()]] = True
     if args.small:
         _small_subset(ctx, [(t, x) for _, t, x in recs], args.small, tokenizer, args.work, encoder)
+    def extra_rows(kind: str) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Bags and full-model vectors of the generated queries of the fit's documents
+        (``instruct``), keyword lists of the same documents (``keywords``) or both."""
+        if kind == "both":
+            pairs = [extra_rows("instruct"), extra_rows("keywords")]
+            return sp.vstack([b for b, _ in pairs]).tocsr(), np.vstack([t for _, t in pairs])
+        fit_docs = ctx.get("sample")
+        allowed = {doc_ids[i] for i in (range(len(recs)) if fit_docs is None else fit_docs)}
+        path = args.instruct or args.work / "instruct.jsonl"
+        rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["query"] and r["_id"] in allowed]
+        if kind == "instruct":
+            texts = [r["query"] for r in rows]
+        elif kind == "kwall":  # one keyword list for every document of the fit
+            pool = [j for j, d in enumerate(doc_ids) if d in allowed]
+            texts = keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], list(range(len(pool))))
+        else:  # the IDF over the fit's documents
+            pool = [j for j, d in enumerate(doc_ids) if d in allowed]
+            at = {doc_ids[j]: k for k, j in enumerate(pool)}
+            texts = keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], [at[r["_id"]] for r in rows])
+        key = hashlib.sha1("\n".join(texts).encode()).hexdigest()[:10]
+        xt = _cached(args.work / f"targets-{kind}-{len(texts)}-{key}.npy", lambda: _embed(encoder(), texts))
+        xf, xl = query_tokenizer(tokenizer)(texts)
+        logger.info("%s: %d queries of %d documents, e.g. %s", kind, len(texts), len(allowed), texts[:3])
+        return token_bags(xf, xl, vocab), xt
+
+    ctx["extra"] = extra_rows
     splits = [(args.split, data, qfull)]
     if args.report_split:  # figures for the report only, never for a choice
         rep = load_beir(args.dataset, args.report_split)
