@@ -16,8 +16,9 @@ the gate is ``--reference`` (default ``fp32``: today's default encoder).
    (``bundle.pseudo``: what ``lr bundle build --fit-corpus`` embeds, dense only).
 2. **Against the limit.** On the first ``--anatomy`` documents, in the same batches as
    ``DocEncoder`` (length-sorted, ``--batch-size``), the two halves are timed apart: the
-   backbone (``_dense_forward``: the body and pooling) and the sparse projection
-   (``fused.projection_max`` at the variant's screen). Their arithmetic is counted from
+   backbone (``encode_documents_dense``: the body and pooling) and the sparse projection
+   (the whole document forward ``encode_documents`` at the variant's screen, less the
+   backbone's time of the same batch). Their arithmetic is counted from
    the model's shapes (the backbone: 2 x tokens x (4 H^2 + 2 H I) per layer plus
    4 x b x L^2 x H for attention; the projection: 2 x tokens x H x V, plus the float32
    candidates of the screen), tokens counted with their padding, as computed. The
@@ -137,22 +138,11 @@ def _quality(bundle: Any, data: Any, doc_ids: list[str], dense: np.ndarray,
 
 def _batches(encoder: Any, texts: list[str]) -> list[tuple[Any, Any]]:
     """``DocEncoder``'s batches of ``texts`` (length-sorted, ``batch_size``) as tensors."""
-    import torch
-
+    from lr_opensearch.model.doc_encoder import length_batches, padded
     from lr_opensearch.model.framing import tokenize_texts
 
     ids, _ = tokenize_texts(encoder.tokenizer, texts, encoder._doc_framing, encoder.max_length)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-    out = []
-    for start in range(0, len(order), encoder.batch_size):
-        rows = [ids[i] for i in order[start:start + encoder.batch_size]]
-        x = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-        mask = torch.zeros_like(x)
-        for n, row in enumerate(rows):
-            x[n, : len(row)] = torch.tensor(row)
-            mask[n, : len(row)] = 1
-        out.append((x, mask))
-    return out
+    return [padded([ids[i] for i in chunk]) for chunk in length_batches(ids, encoder.batch_size)]
 
 
 def _shapes(encoder: Any) -> dict[str, int]:
@@ -168,8 +158,6 @@ def _anatomy(encoders: dict[str, Any], batches: list[tuple[Any, Any]]) -> dict[s
     order rotated per batch) so that load from other processes hits all alike."""
     import torch
 
-    from lr_opensearch.model.fused import projection_max
-
     names = list(encoders)
     shape = _shapes(encoders[names[0]])
     h, inter, vocab = shape["hidden"], shape["intermediate"], shape["vocab"]
@@ -183,15 +171,15 @@ def _anatomy(encoders: dict[str, Any], batches: list[tuple[Any, Any]]) -> dict[s
             for k in range(len(names)):
                 name = names[(r + k) % len(names)]
                 model, encoder = encoders[name].model, encoders[name]
-                weight, bias = model.head.projection(model.hf)
                 began = time.perf_counter()
-                hidden, real, _ = model._dense_forward(x, mask)
+                model.encode_documents_dense(x, mask)
                 mid = time.perf_counter()
-                projection_max(model.head.transform(model.hf, hidden), model.content_mask(real), weight,
-                               bias, exact_top=encoder._exact_top)
+                model.encode_documents(x, mask, exact_top=encoder._exact_top,
+                                       prompt_tokens=encoder._prompt_tokens)
+                whole = time.perf_counter() - mid
                 half = out[name]
                 half["backbone_s"] += mid - began
-                half["projection_s"] += time.perf_counter() - mid
+                half["projection_s"] += max(whole - (mid - began), 0.0)
                 half["backbone_flop"] += shape["layers"] * (2 * tokens * (4 * h * h + 2 * h * inter)
                                                             + 4 * b * length * length * h)
                 screened = 8 * encoder._exact_top if encoder._exact_top else 0

@@ -339,15 +339,11 @@ def main(argv: list[str] | None = None) -> int:
         allowed = {doc_ids[i] for i in (range(len(recs)) if fit_docs is None else fit_docs)}
         path = args.instruct or args.work / "instruct.jsonl"
         rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["query"] and r["_id"] in allowed]
-        if kind == "instruct":
-            texts = [r["query"] for r in rows]
-        elif kind == "kwall":  # one keyword list for every document of the fit
-            pool = [j for j, d in enumerate(doc_ids) if d in allowed]
-            texts = keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], list(range(len(pool))))
-        else:  # the IDF over the fit's documents
-            pool = [j for j, d in enumerate(doc_ids) if d in allowed]
-            at = {doc_ids[j]: k for k, j in enumerate(pool)}
-            texts = keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], [at[r["_id"]] for r in rows])
+        pool = [j for j, d in enumerate(doc_ids) if d in allowed]  # the fit's documents (tf-idf over them)
+        at = {doc_ids[j]: k for k, j in enumerate(pool)}
+        which = {"instruct": None, "kwall": list(range(len(pool))), "keywords": [at[r["_id"]] for r in rows]}[kind]
+        texts = ([r["query"] for r in rows] if which is None
+                 else keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], which))
         key = hashlib.sha1("\n".join(texts).encode()).hexdigest()[:10]
         xt = _cached(args.work / f"targets-{kind}-{len(texts)}-{key}.npy", lambda: _embed(encoder(), texts))
         xf, xl = query_tokenizer(tokenizer)(texts)

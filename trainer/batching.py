@@ -15,6 +15,7 @@ import torch
 
 from lr_opensearch.errors import TrainingError
 from lr_opensearch.model import instruction_ids, special_token_ids, tokenize_texts
+from lr_opensearch.model.doc_encoder import padded
 from lr_opensearch.model.framing import Framing, plain_tokenizer
 from trainer.config import format_instruction
 from trainer.data import Example
@@ -49,17 +50,6 @@ class Batch:
     @property
     def size(self) -> int:
         return len(self.query_tokens)
-
-
-def pad(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists with 0 -> (ids [N, T], mask [N, T])."""
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return ids, mask
 
 
 def count_vectors(token_lists: Sequence[Sequence[int]], vocab_size: int) -> torch.Tensor:
@@ -114,10 +104,10 @@ class Collator:
             raise TrainingError("examples of one batch must have the same number of documents")
         docs = [d for e, _ in kept for d in e.docs]
         doc_rows, _ = tokenize_texts(self.tokenizer, docs, self.framing, self.max_length)
-        doc_ids, doc_mask = pad(doc_rows)
+        doc_ids, doc_mask = padded(doc_rows)
         prompts = [self.prompt_ids(e.instruction) for e, _ in kept]
         sym_rows = [self.framing.frame([*p, *t])[0] for p, (_, t) in zip(prompts, kept, strict=True)]
-        sym_ids, sym_mask = pad(sym_rows)
+        sym_ids, sym_mask = padded(sym_rows)
         query_tokens = [t for _, t in kept]
         return Batch(doc_ids=doc_ids, doc_mask=doc_mask, query_tokens=query_tokens,
                      prompts=prompts, sym_ids=sym_ids, sym_mask=sym_mask,

@@ -142,9 +142,7 @@ class DocEncoder:
                                   "model adds no special tokens; drop empty documents")
         dense = np.zeros((len(ids), self.served_dim), dtype=np.float32)
         terms: list[dict[int, float]] = [{} for _ in ids]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        for chunk in length_batches(ids, self.batch_size):
             out_dense, out_sparse = self._encode_ids([ids[i] for i in chunk], sparse=sparse,
                                                      prompt_tokens=self._prompt_tokens if documents else 0)
             dense[chunk] = out_dense
@@ -165,12 +163,7 @@ class DocEncoder:
                     ) -> tuple[np.ndarray, list[dict[int, float]]]:
         """Dense [b, served_dim] and top-k sparse dicts (empty without ``sparse``) for
         framed id lists."""
-        length = max(len(r) for r in rows)
-        input_ids = torch.zeros(len(rows), length, dtype=torch.long)
-        mask = torch.zeros(len(rows), length, dtype=torch.long)
-        for n, row in enumerate(rows):
-            input_ids[n, : len(row)] = torch.tensor(row)
-            mask[n, : len(row)] = 1
+        input_ids, mask = padded(rows)
         with torch.inference_mode():
             if not sparse:
                 vecs = self.model.encode_documents_dense(input_ids.to(self.device), mask.to(self.device))
@@ -192,6 +185,23 @@ class DocEncoder:
                 weights[:, self.excluded.to(weights.device)] = 0.0
             values, indices = torch.topk(weights, min(self.top_k, weights.shape[1]), dim=1)
         return [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
+
+
+def length_batches(rows: Sequence[Sequence[int]], size: int) -> list[list[int]]:
+    """Indices of ``rows`` in batches of ``size``, longest rows first (little padding)."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
+    return [order[start:start + size] for start in range(0, len(order), size)]
+
+
+def padded(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [b, T] (0 after each row) and attention mask [b, T] of id lists."""
+    length = max(len(r) for r in rows)
+    input_ids = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    for n, row in enumerate(rows):
+        input_ids[n, : len(row)] = torch.tensor(row)
+        mask[n, : len(row)] = 1
+    return input_ids, mask
 
 
 def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -228,13 +229,11 @@ class LightRetrieverModel(nn.Module):
              position_ids: torch.Tensor) -> torch.Tensor:
         """The transformer body: last hidden states [B, T, H]. Mask 2D [B, T] or 4D additive."""
         base = unwrap(self.hf).base_model
-        if self.body_autocast is None:
-            return base(input_ids=input_ids, attention_mask=attention_mask,
-                        position_ids=position_ids, use_cache=False).last_hidden_state
-        with torch.autocast(input_ids.device.type, dtype=self.body_autocast):
-            out = base(input_ids=input_ids, attention_mask=attention_mask,
-                       position_ids=position_ids, use_cache=False)
-        return out.last_hidden_state.float()
+        cast = self.body_autocast
+        with nullcontext() if cast is None else torch.autocast(input_ids.device.type, dtype=cast):
+            hidden = base(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=False).last_hidden_state
+        return hidden if cast is None else hidden.float()
 
     def encode_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                          exact_top: int | None = None, prompt_tokens: int = 0) -> DocOutput:
