@@ -209,7 +209,7 @@ def _run_token_variant(kind: str, arg: str, ctx: dict[str, Any]) -> np.ndarray:
         share = float(arg or 0.5)
         return fit_table(e0, sp.vstack([bags, gb]).tocsr(), np.vstack([targets, gt]),
                          weights=np.concatenate([wts, np.full(gb.shape[0], share)]))[0]
-    if kind in ("instruct", "keywords", "both", "kwall"):  # issue 37 item 3: query-like rows added to the fit's
+    if kind.partition("@")[0] in ("instruct", "keywords", "both", "kwall"):  # issue 37 item 3: query-like rows
         xb, xt = ctx["extra"](kind)
         share = float(arg or 1.0)
         return fit_table(e0, sp.vstack([bags, xb]).tocsr(), np.vstack([targets, xt]),
@@ -287,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=0)
     p.add_argument("--report-split", default=None, help="also score on this split (report only)")
     p.add_argument("--save", action="store_true", help="keep each table as WORK/table-VARIANT.npy")
-    p.add_argument("--instruct", type=Path, default=None,
-                   help="generated queries (bench/instruct_queries.py; default WORK/instruct.jsonl)")
+    p.add_argument("--instruct", type=Path, action="append", default=None,
+                   help="generated queries (bench/instruct_queries.py; default WORK/instruct.jsonl); "
+                        "repeatable: variant instruct@STEM:w takes the file named STEM.jsonl, instruct:w the first")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from tokenizers import Tokenizer
@@ -332,12 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     def extra_rows(kind: str) -> tuple[sp.csr_matrix, np.ndarray]:
         """Bags and full-model vectors of the generated queries of the fit's documents
         (``instruct``), keyword lists of the same documents (``keywords``) or both."""
-        if kind == "both":
-            pairs = [extra_rows("instruct"), extra_rows("keywords")]
+        if kind.partition("@")[0] == "both":
+            source = kind[len("both"):]  # "" or "@STEM"
+            pairs = [extra_rows("instruct" + source), extra_rows("keywords" + source)]
             return sp.vstack([b for b, _ in pairs]).tocsr(), np.vstack([t for _, t in pairs])
+        kind, _, stem = kind.partition("@")
         fit_docs = ctx.get("sample")
         allowed = {doc_ids[i] for i in (range(len(recs)) if fit_docs is None else fit_docs)}
-        path = args.instruct or args.work / "instruct.jsonl"
+        files = args.instruct or [args.work / "instruct.jsonl"]
+        named = [f for f in files if f.stem == stem]
+        if stem and not named:
+            raise SystemExit(f"variant {kind}@{stem}: no --instruct file is named {stem}.jsonl (given: {files})")
+        path = named[0] if stem else files[0]
         rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["query"] and r["_id"] in allowed]
         pool = [j for j, d in enumerate(doc_ids) if d in allowed]  # the fit's documents (tf-idf over them)
         at = {doc_ids[j]: k for k, j in enumerate(pool)}
