@@ -415,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         which = {"instruct": None, "kwall": list(range(len(pool))), "keywords": [at[r["_id"]] for r in rows]}[kind]
         texts = ([r["query"] for r in rows] if which is None
                  else keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], which))
+        texts = [t for t, n in zip(texts, query_tokenizer(tokenizer)(texts)[1], strict=True) if n > 0]  # no empty lists
         key = hashlib.sha1("\n".join(texts).encode()).hexdigest()[:10]
         xt = _cached(args.work / f"targets-{kind}-{len(texts)}-{key}.npy", lambda: _embed(encoder(), texts))
         xf, xl = query_tokenizer(tokenizer)(texts)
