@@ -28,10 +28,20 @@ the default fit: the queries ``bench/instruct_queries.py`` generated for the fit
 highest tf-idf words (:func:`keyword_queries`), or both; ``kwall[:w]``: one keyword list for
 every document of the fit; all embedded as the pseudo-queries are).
 ``--small`` makes the pseudo-queries' full-model vectors of the whole corpus unnecessary.
+
+With ``--legs DIR --bm25 FILE`` (``bench/model_choice.py legs`` / ``bm25`` outputs, model
+``minilm``) each scored split of the collection (the ``--dataset`` folder's name) also gets
+the hybrids, fused exactly as ``model_choice.py score`` fuses them (the bundle's weights and
+semantics, each leg's top-100): ``lr_hybrid`` = the product's sparse and BM25 lists with
+the dense list replaced by the variant's exact top-100 over the product's documents (the
+engine's score transform applied); per split once, the product's own runs from the legs
+file (``product``: LR dense, LR hybrid, full dense, the full-encoder hybrid) and
+``full-hybrid-own`` (the reference hybrid with this bench's own full-model vectors).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -47,12 +57,16 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parser  # noqa: E402
+from model_choice import DEPTH, fused_run, leg_lists, runs_of, top_k  # noqa: E402
 
 from lr_opensearch.bundle.fit import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
 from lr_opensearch.bundle.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
 from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags  # noqa: E402
-from lr_opensearch.evaluation.beir import iter_jsonl, load_beir  # noqa: E402
+from lr_opensearch.engine.scores import score_from_inner_product  # noqa: E402
+from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir  # noqa: E402
 from lr_opensearch.instructions import document_text  # noqa: E402
+from lr_opensearch.legs.builtin import DENSE, FULL  # noqa: E402
+from lr_opensearch.legs.registry import reference_weights  # noqa: E402
 
 logger = logging.getLogger("fit_variants")
 
@@ -282,6 +296,51 @@ def _small_subset(ctx: dict[str, Any], docs_text: list[tuple[str, str]], n: int,
     logger.info("small corpus: %d documents, %d pseudo-queries %s", n, len(texts), pq.counts())
 
 
+class ProductLegs:
+    """One collection's lists from ``model_choice.py legs`` (model ``minilm``) and ``bm25``,
+    and this bench's documents restricted to the product's (mapped by id, not by order)."""
+
+    def __init__(self, legs_dir: Path, bm25_file: Path, collection: str, doc_ids: list[str],
+                 model: str = "minilm"):
+        facts = json.loads((legs_dir / "legs.json").read_text())["models"].get(model, {}).get(collection)
+        if facts is None:
+            raise SystemExit(f"{legs_dir}/legs.json has no {model} {collection}; pass the legs of this collection")
+        stored = np.load(legs_dir / "legs.npz")
+        prefix = f"{model}/{collection}/"
+        self.arrays = {k.removeprefix(f"{model}/"): stored[k] for k in stored.files if k.startswith(prefix)}
+        with gzip.open(bm25_file, "rt", encoding="utf-8") as f:
+            self.bm25 = json.load(f)
+        self.facts, self.collection = facts, collection
+        self.weights, self.semantics = facts["weights"], facts["semantics"]
+        where = {d: i for i, d in enumerate(doc_ids)}
+        missing = [d for d in facts["doc_ids"] if d not in where]
+        if missing:
+            raise SystemExit(f"{len(missing)} documents of the legs file are not in the corpus, e.g. {missing[:3]}")
+        self.rows = np.asarray([where[d] for d in facts["doc_ids"]])  # this bench's row of each product document
+        self.ids = list(facts["doc_ids"])
+        logger.info("legs %s: %d of this bench's %d documents are the product's", collection, len(self.rows),
+                    len(doc_ids))
+
+    def lists(self, split: str, qids: list[str]) -> dict[str, Any] | None:
+        """model_choice's per-leg lists of ``split`` (None when the legs file has no such split)."""
+        if split not in self.facts["splits"]:
+            return None
+        if sorted(self.facts["splits"][split]) != sorted(qids):
+            raise SystemExit(f"{self.collection} {split}: the legs file's queries differ from the dataset's")
+        return leg_lists(self.arrays, self.facts, self.bm25, self.collection, split)
+
+    def exact(self, qvecs: np.ndarray, docs: np.ndarray, qids: list[str]) -> dict[str, list[tuple[str, float]]]:
+        """The exact inner-product top-DEPTH over the product's documents, as the engine scores a dense leg."""
+        idx, best = top_k(np.asarray(qvecs, np.float32) @ docs[self.rows].T, DEPTH)
+        return {q: [(self.ids[j], score_from_inner_product(float(s))) for j, s in zip(idx[i], best[i], strict=True)]
+                for i, q in enumerate(qids)}
+
+    def hybrid(self, lists: dict[str, Any], leg: str, run: dict[str, Any], reference: bool = False) -> dict[str, Any]:
+        """The bundle's fusion (or the full-encoder reference's) with ``leg``'s list replaced by ``run``."""
+        weights = reference_weights(self.weights) if reference else self.weights
+        return fused_run({**lists, leg: run}, weights, self.semantics)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = fit_bench_parser(__doc__)
     p.add_argument("--small", type=int, default=0)
@@ -290,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--instruct", type=Path, action="append", default=None,
                    help="generated queries (bench/instruct_queries.py; default WORK/instruct.jsonl); "
                         "repeatable: variant instruct@STEM:w takes the file named STEM.jsonl, instruct:w the first")
+    p.add_argument("--legs", type=Path, default=None,
+                   help="bench/model_choice.py legs output (legs.npz + legs.json): also score the hybrids")
+    p.add_argument("--bm25", type=Path, default=None, help="bench/model_choice.py bm25 output (with --legs)")
     args = p.parse_args(argv)
+    if (args.legs is None) != (args.bm25 is None):
+        p.error("--legs and --bm25 go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from tokenizers import Tokenizer
 
@@ -351,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         which = {"instruct": None, "kwall": list(range(len(pool))), "keywords": [at[r["_id"]] for r in rows]}[kind]
         texts = ([r["query"] for r in rows] if which is None
                  else keyword_queries([f"{recs[j][1]} {recs[j][2]}" for j in pool], which))
+        texts = [t for t, n in zip(texts, query_tokenizer(tokenizer)(texts)[1], strict=True) if n > 0]  # no empty lists
         key = hashlib.sha1("\n".join(texts).encode()).hexdigest()[:10]
         xt = _cached(args.work / f"targets-{kind}-{len(texts)}-{key}.npy", lambda: _embed(encoder(), texts))
         xf, xl = query_tokenizer(tokenizer)(texts)
@@ -366,9 +431,20 @@ def main(argv: list[str] | None = None) -> int:
                                                       lambda: _embed(encoder(), [rep.queries[q] for q in rq]))))
     results: dict[str, Any] = {}
     base: dict[str, list[float]] = {}
+    legs = ProductLegs(args.legs, args.bm25, args.dataset.name, doc_ids) if args.legs else None
+    lists: dict[str, Any] = {}
     for split, d, qf in splits:
         sq = list(d.queries)
         results[f"{split}/full-dense"] = float(np.mean(_ndcg(qf, docs, doc_ids, sq, d.qrels)))
+        found = legs.lists(split, sq) if legs else None
+        if legs and found is not None:  # the product's own runs, and the reference with this bench's vectors
+            lists[split] = found
+            own = legs.exact(qf, docs, sq)
+            results[f"{split}/product"] = {run: compute_metrics(d.qrels, r)["ndcg@10"] for run, r in
+                                           runs_of(found, legs.weights, legs.semantics).items()}
+            results[f"{split}/full-dense-own"] = compute_metrics(d.qrels, own)["ndcg@10"]
+            results[f"{split}/full-hybrid-own"] = compute_metrics(
+                d.qrels, legs.hybrid(found, FULL.name, own, reference=True))["ndcg@10"]
     logger.info("full-dense %s", results)
     for name in args.variant or ["ridge"]:
         t0 = time.perf_counter()
@@ -386,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
             base.setdefault(split, per)
             results[f"{split}/{name}"] = {"ndcg@10": float(np.mean(per)), "vs_first": _paired(base[split], per),
                                           "seconds": seconds, **extra}
+            if split in lists and legs is not None:  # over the product's documents, fused as the product fuses
+                own = legs.exact(qv, docs, sq)
+                results[f"{split}/{name}"].update(
+                    lr_dense=compute_metrics(d.qrels, own)["ndcg@10"],
+                    lr_hybrid=compute_metrics(d.qrels, legs.hybrid(lists[split], DENSE.name, own))["ndcg@10"])
             logger.info("%s/%s: %s", split, name, results[f"{split}/{name}"])
     text = json.dumps(results, indent=1)
     if args.out:
