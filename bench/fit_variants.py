@@ -41,7 +41,6 @@ file (``product``: LR dense, LR hybrid, full dense, the full-encoder hybrid) and
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
@@ -57,7 +56,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parser  # noqa: E402
-from model_choice import DEPTH, fused_run, leg_lists, runs_of, top_k  # noqa: E402
+from model_choice import DEPTH, fused_run, leg_lists, model_arrays, read_legs, runs_of, top_k  # noqa: E402
 
 from lr_opensearch.bundle.fit import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
 from lr_opensearch.bundle.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
@@ -302,14 +301,11 @@ class ProductLegs:
 
     def __init__(self, legs_dir: Path, bm25_file: Path, collection: str, doc_ids: list[str],
                  model: str = "minilm"):
-        facts = json.loads((legs_dir / "legs.json").read_text())["models"].get(model, {}).get(collection)
+        report, stored, self.bm25 = read_legs(legs_dir, bm25_file)
+        facts = report["models"].get(model, {}).get(collection)
         if facts is None:
             raise SystemExit(f"{legs_dir}/legs.json has no {model} {collection}; pass the legs of this collection")
-        stored = np.load(legs_dir / "legs.npz")
-        prefix = f"{model}/{collection}/"
-        self.arrays = {k.removeprefix(f"{model}/"): stored[k] for k in stored.files if k.startswith(prefix)}
-        with gzip.open(bm25_file, "rt", encoding="utf-8") as f:
-            self.bm25 = json.load(f)
+        self.arrays = model_arrays(stored, model)
         self.facts, self.collection = facts, collection
         self.weights, self.semantics = facts["weights"], facts["semantics"]
         where = {d: i for i, d in enumerate(doc_ids)}

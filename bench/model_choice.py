@@ -400,18 +400,26 @@ def grid(step: float = 0.1) -> list[dict[str, float]]:
             for i in range(n + 1) for j in range(n + 1 - i)]
 
 
+def read_legs(legs_dir: Path, bm25_file: Path) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """(``legs.json``, the ``legs.npz`` arrays, the BM25 lists) of a ``legs`` and a ``bm25`` run."""
+    report = json.loads((legs_dir / "legs.json").read_text())
+    with gzip.open(bm25_file, "rt", encoding="utf-8") as f:
+        bm25 = json.load(f)
+    return report, np.load(legs_dir / "legs.npz"), bm25
+
+
+def model_arrays(stored: Any, model: str) -> dict[str, np.ndarray]:
+    """One model's arrays of ``legs.npz``, keyed without the model's prefix."""
+    return {key.removeprefix(f"{model}/"): stored[key] for key in stored.files if key.startswith(f"{model}/")}
+
+
 def run_score(args: argparse.Namespace) -> int:
     from lr_opensearch.evaluation.beir import compute_metrics, load_beir
 
-    legs_dir = Path(args.legs)
-    report = json.loads((legs_dir / "legs.json").read_text())
-    with gzip.open(args.bm25, "rt", encoding="utf-8") as f:
-        bm25 = json.load(f)
+    report, stored, bm25 = read_legs(Path(args.legs), Path(args.bm25))
     results: dict[str, Any] = {"models": {}, "sweep": {}}
-    stored = np.load(legs_dir / "legs.npz")
     for model, per_collection in report["models"].items():
-        arrays = {key.removeprefix(f"{model}/"): stored[key] for key in stored.files
-                  if key.startswith(f"{model}/")}
+        arrays = model_arrays(stored, model)
         results["models"][model] = {}
         for collection, facts in per_collection.items():
             weights, semantics = facts["weights"], facts["semantics"]
@@ -443,8 +451,7 @@ def own_best_on_test(report: Mapping[str, Any], results: Mapping[str, Any], stor
     out: dict[str, Any] = {}
     for model, rows in results.get("sweep", {}).items():
         best = max(rows, key=lambda t: t[1])[0]
-        arrays = {key.removeprefix(f"{model}/"): stored[key] for key in stored.files
-                  if key.startswith(f"{model}/")}
+        arrays = model_arrays(stored, model)
         per: dict[str, Any] = {}
         for collection, facts in report["models"][model].items():
             qrels = load_beir(DATA / collection, "test").qrels
