@@ -50,6 +50,19 @@ MSEARCH_CHUNK = 64  # searches per _msearch request
 
 
 
+def one_index_name(index: str) -> str:
+    """``index`` if it names one index (no wildcard, list, exclusion or ``_all``).
+
+    Raises:
+        ConfigError: anything an engine would expand to several indices.
+    """
+    if not index or index in ("_all", ".", "..") or any(c in index for c in "*?,") \
+            or index.startswith(("-", "+")):
+        raise ConfigError(f"{index!r} does not name one index by name: a pattern, a list or "
+                          "_all is resolved to index names first (`lr index delete` does)")
+    return index
+
+
 class EngineAdapter:
     """The engine-neutral half of an adapter: BM25 clause, search bodies, ``_msearch`` in
     chunks, ``_mget`` of a page's sources. Subclasses add the query DSL and transport.
@@ -408,6 +421,9 @@ class EngineAdapter:
         return int(resp["count"])
 
     def delete_index(self, index: str) -> None:
+        """Delete one concrete index, named (a pattern, a list or ``_all`` is refused: the
+        engine would expand it, ``action.destructive_requires_name`` being off by default)."""
+        one_index_name(index)
         self._admin(f"deleting index {index!r}", self.client.indices.delete, index=index)
 
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,

@@ -32,7 +32,7 @@ import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter, one_index_name
 from lr_opensearch.engine.clauses import (
     Filter,
     filter_clauses,
@@ -352,6 +352,7 @@ class OpenSearchAdapter(EngineAdapter):
 
     def delete_index(self, index: str) -> None:
         """Delete ``index`` (and the companion index of a ``sparse_vector`` layout)."""
+        one_index_name(index)
         layout = layout_of(self.index_meta(index))
         super().delete_index(index)
         if layout == SPARSE_VECTOR and self.index_exists(companion_name(index)):
