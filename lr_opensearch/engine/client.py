@@ -35,11 +35,26 @@ ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` replaced by ``***``: the one form
+    in which any message, log line or printed command shows a cluster URL. Works on any text,
+    however malformed (everything up to the last ``@`` is taken as user information, so a
+    password holding ``/`` or ``@`` is hidden too)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{host}"
+
+
 def _split_url(url: str) -> tuple[str, str | None, str | None]:
     """Remove ``user:password@`` from a URL; return (clean URL, user, password)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"cluster URL {url!r} must look like http(s)://host:port")
+        raise ConfigError(f"cluster URL {redact_url(url)!r} must look like http(s)://host:port")
     if parts.username is None:
         return url, None, None
     netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
