@@ -100,6 +100,7 @@ def test_no_command_echoes_a_password_in_the_url(tmp_path: Path, monkeypatch: py
             if PASSWORD in out + err + caplog.text + text:
                 leaks.append(f"{' '.join(argv[:2])} --url {url} (exit {rc})")
     assert not leaks, "the password was shown by:\n" + "\n".join(leaks)
+    assert not escaped, "an exception escaped:\n" + "\n".join(escaped)
 
 
 def test_redact_url() -> None:
@@ -112,3 +113,20 @@ def test_redact_url() -> None:
                 "http://a:S3c@ret@host", "http://:S3cret@host"):
         assert "S3c" not in redact_url(url), url
 
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://127.0.0.1:notaport", "'notaport'"), ("http://127.0.0.1:99999", "out of range"),
+    ("http://127.0.0.1:0", "port 0"), ("http://[::1", "IPv6")])
+def test_a_malformed_url_is_one_line(url: str, says: str) -> None:
+    """A port that is no number, out of range, or an unclosed IPv6 bracket: one line that
+    names the URL and what to fix, exit 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LR_OPENSEARCH_")}
+    done = subprocess.run([sys.executable, "-m", "lr_opensearch.cli", "index", "list", "--url",
+                           url], env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert url in lines[0] and says in lines[0] and "http(s)://host:port" in lines[0]

@@ -110,3 +110,29 @@ def test_adapter_delete_index_takes_one_concrete_name() -> None:
         with pytest.raises(ConfigError, match="one index by name"):
             adapter.delete_index(target)
 
+
+def _into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """``lr ARGS | head`` where head has already gone: stdout is a pipe nobody reads."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LR_OPENSEARCH_")}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "lr_opensearch.cli", *args], env=env,
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path, opensearch_url: str,
+                                           index_name: str) -> None:
+    """`lr index list --json | head` and `lr search --json ... | head`: no traceback, the exit
+    status of a process that SIGPIPE ended (128 + 13), as Unix tools give."""
+    path = tiny_bundle(tmp_path / "bundle")
+    conn = ["--url", opensearch_url]
+    made = _lr("index", "create", "--bundle", str(path), "--index", index_name, *conn)
+    assert made.returncode == 0, made.stderr
+    for args in (["index", "list", "--json"],
+                 ["search", "--bundle", str(path), "--index", index_name, "--json", "a query"]):
+        done = _into_closed_pipe(*args, *conn)
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+        assert done.returncode == 141, (args, done.returncode, done.stderr)
