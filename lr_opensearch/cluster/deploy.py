@@ -29,11 +29,11 @@ from lr_opensearch.cluster.export import (
     export_dense,
     export_sparse,
 )
-from lr_opensearch.cluster.requests import CLUSTER_KEY
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
 from lr_opensearch.engine.templates import META_KEY, render_hybrid_pipeline
+from lr_opensearch.engine.text_queries import CLUSTER_KEY
 from lr_opensearch.legs import fusion_config
 
 logger = logging.getLogger(__name__)
@@ -144,30 +144,20 @@ def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min
 
 def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bundle) -> str:
     """Store the index's text-only calibrated query as a search template (the index is
-    calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
-    returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
-    from lr_opensearch.cluster.requests import calibrated_template, template_id
+    calibrated first if it is not; :func:`lr_opensearch.engine.calibration.store_template`,
+    which every later calibration of the index calls again). Returns the template id."""
     from lr_opensearch.engine.calibration import (
         CALIBRATION_KEY,
         Calibration,
-        Shape,
         calibrate,
     )
-    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+    from lr_opensearch.engine.calibration import store_template as store
 
     adapter = make_adapter(client)
     meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
     calibration = (Calibration.from_meta(meta, index) if meta
                    else calibrate(adapter, index, bundle))
-    shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
-    weights = dict(zip(record["legs"], record["weights"], strict=True))
-    source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
-                                 k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
-    name = template_id(index)
-    mlapi.request(client, "PUT", f"/_scripts/{name}",
-                  {"script": {"lang": "mustache", "source": source}},
-                  what=f"storing search template {name}")
-    return name
+    return store(adapter, index, record, calibration)
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:

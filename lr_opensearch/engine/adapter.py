@@ -413,6 +413,11 @@ class EngineAdapter:
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         raise NotImplementedError
 
+    def put_search_template(self, name: str, source: str) -> None:
+        """Store a mustache search template (the in-cluster text-only query: OpenSearch's)."""
+        raise ConfigError(f"search template {name!r}: stored search templates of the "
+                          f"in-cluster query encoding are OpenSearch's, not {self.engine}'s")
+
     def refresh(self, index: str) -> None:
         self._admin(f"refreshing index {index!r}", self.client.indices.refresh, index=index)
 

@@ -373,6 +373,10 @@ class OpenSearchAdapter(EngineAdapter):
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
         return self.client.indices.put_settings(index=index, body=body)
 
+    def put_search_template(self, name: str, source: str) -> None:
+        self._admin(f"storing search template {name}", self.client.put_script, id=name,
+                    body={"script": {"lang": "mustache", "source": source}})
+
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, body={"_meta": meta})
 
