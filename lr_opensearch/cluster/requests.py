@@ -22,6 +22,7 @@ from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.engine.text_queries import CLUSTER_KEY, text_sub_queries
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import LegContext, fusion_config
+from lr_opensearch.options import DEFAULT_CANDIDATES
 
 
 def cluster_meta(adapter: EngineAdapter, index: str,
@@ -74,11 +75,12 @@ def check_serving(client: Any, record: Mapping[str, Any], index: str) -> None:
 
 
 def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
-                     candidates: int = 100, filter: Filter = None,
+                     candidates: int = DEFAULT_CANDIDATES, filter: Filter = None,
                      model_ids: bool = False) -> dict[str, Any]:
     """The whole text-only ``_search`` body for the index's default pipeline (what any
     client sends: ``GET /<index>/_search`` with this body, or with ``?search_pipeline=``
-    the record's pipeline when it is not the index default)."""
+    the record's pipeline when it is not the index default), with the candidates per leg
+    ``lr search --in-cluster`` asks for by default."""
     adapter = OpenSearchAdapter(None)
     subs = text_sub_queries(record, text, record["legs"],
                             LegContext(k=max(candidates, size), filter=filter),
