@@ -136,3 +136,23 @@ def test_a_closed_stdout_pipe_ends_quietly(tmp_path: Path, opensearch_url: str,
         done = _into_closed_pipe(*args, *conn)
         assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
         assert done.returncode == 141, (args, done.returncode, done.stderr)
+
+
+def test_a_create_index_block_is_named_with_how_to_lift_it(tmp_path: Path, opensearch_url: str,
+                                                           os_client: Any,
+                                                           index_name: str) -> None:
+    """After a flood-stage disk watermark the cluster keeps ``cluster.blocks.create_index``:
+    `lr index create` names that block and how to lift it, not the k-NN plugin."""
+    path = tiny_bundle(tmp_path / "bundle")
+    block = "cluster.blocks.create_index"
+    os_client.cluster.put_settings(body={"persistent": {block: True}})
+    try:
+        made = _lr("index", "create", "--bundle", str(path), "--index", index_name,
+                   "--url", opensearch_url)
+    finally:
+        os_client.cluster.put_settings(body={"persistent": {block: None}})
+    assert made.returncode == 1 and not os_client.indices.exists(index=index_name)
+    lines = made.stderr.strip().splitlines()
+    assert len(lines) == 1 and block in lines[0], made.stderr
+    assert '{"persistent": {"cluster.blocks.create_index": null}}' in lines[0]
+    assert "watermark" in lines[0] and "k-NN" not in lines[0]

@@ -26,7 +26,15 @@ from lr_opensearch.engine.clauses import (
     filter_clauses,
     text_query_cut,
 )
-from lr_opensearch.engine.results import DocRef, EngineResult, parse_response, refusal, status_of
+from lr_opensearch.engine.results import (
+    DocRef,
+    EngineResult,
+    create_block_refusal,
+    is_create_block,
+    parse_response,
+    refusal,
+    status_of,
+)
 from lr_opensearch.engine.templates import META_KEY, check_meta
 from lr_opensearch.errors import ConfigError, EngineError
 
@@ -380,6 +388,8 @@ class EngineAdapter:
         except self.transport_errors as exc:
             if status_of(exc) == 400 and "resource_already_exists" in str(exc):
                 return False
+            if is_create_block(exc):
+                raise self._create_blocked(index) from exc
             raise EngineError(f"the {self.engine} cluster refused to create index {index!r}: "
                               f"{exc}{self.create_hint}") from exc
         logger.info("created %s index %s (dim %d, bundle %s)", self.engine, index,
@@ -387,6 +397,14 @@ class EngineAdapter:
         return True
 
     create_hint = ""
+
+    def _create_blocked(self, index: str) -> EngineError:
+        """The refusal of a cluster whose ``cluster.blocks.create_index`` is set."""
+        try:
+            found = dict(self.client.cluster.get_settings(flat_settings=True))
+        except self.transport_errors:
+            found = {}
+        return EngineError(create_block_refusal(self.engine, index, found))
 
     def _create(self, index: str, body: dict[str, Any]) -> Any:
         raise NotImplementedError

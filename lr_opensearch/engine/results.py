@@ -1,5 +1,6 @@
 """What the engines answer, engine-neutral: hits, one response per search, the per-shard
-lists of a leg merged, and an engine client's exception in words (``refusal``, ``status_of``).
+lists of a leg merged, and an engine client's exception in words (``refusal``, ``status_of``,
+the create-index block: ``is_create_block``, ``create_block_refusal``).
 """
 
 from __future__ import annotations
@@ -96,3 +97,24 @@ def status_of(exc: BaseException) -> Any:
     if status is None:
         status = getattr(getattr(exc, "meta", None), "status", None)
     return status
+
+
+CREATE_BLOCK = "cluster.blocks.create_index"  # set at a flood-stage disk watermark
+
+
+def is_create_block(exc: BaseException) -> bool:
+    """Whether a refused index creation is the cluster's create-index block."""
+    return "create-index blocked" in str(exc) or "index_create_block" in str(exc)
+
+
+def create_block_refusal(engine: str, index: str, settings: Mapping[str, Any]) -> str:
+    """Why ``index`` was not created under :data:`CREATE_BLOCK`: where the cluster's
+    ``settings`` (flat) set it, and the request that lifts it."""
+    import json
+
+    scopes = [s for s in ("persistent", "transient") if CREATE_BLOCK in settings.get(s, {})]
+    lift = json.dumps({s: {CREATE_BLOCK: None} for s in scopes or ["persistent"]})
+    return (f"the {engine} cluster blocks creating index {index!r}: {CREATE_BLOCK} is set "
+            f"({' and '.join(scopes) or 'persistent'}), as OpenSearch does when a node's disk "
+            "passes the flood-stage watermark (it keeps the block after space is freed); free "
+            f"disk space (GET _cat/allocation?v), then lift it: PUT _cluster/settings {lift}")
