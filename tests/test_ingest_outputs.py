@@ -105,3 +105,19 @@ def test_runs_sharing_a_dead_letter_file_keep_each_others_entries(
     assert code == 3, errors
     by_corpus = sorted((Path(e["corpus"]).name, e["line"]) for e in dead_letters(dead))
     assert by_corpus == [("a.jsonl", 7), ("b.jsonl", 7), ("b.jsonl", 8)]
+
+
+@pytest.mark.parametrize("option", ["--dead-letter", "--summary-json"])
+def test_a_directory_as_an_output_file_is_one_line_before_the_index_is_created(
+        option: str, tiny: Path, adi: list[dict[str, Any]], os_client: Any,
+        opensearch_url: str, index_name: str, tmp_path: Path, ingest_here: Here) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [*adi, b"{broken\n"])
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, errors = ingest_here(_args(corpus, tiny, index_name, opensearch_url, tmp_path,
+                                     option, str(folder)))
+    assert code == 1 and len(errors) == 1, errors
+    assert option in errors[0] and str(folder) in errors[0] and "directory" in errors[0]
+    assert not os_client.indices.exists(index=index_name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "out"]
+    assert not any(folder.iterdir())

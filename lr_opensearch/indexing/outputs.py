@@ -13,7 +13,7 @@ the run would write there:
 - a summary: a JSON object with the summary's ``index``, ``corpus`` and ``counts``.
 
 Anything else (the corpus under another spelling of its path, a link to it, a user's
-notes) is refused with a ``ConfigError`` that names the option and the file.
+notes, a directory) is refused with a ``ConfigError`` that names the option and the file.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ def check_outputs(config: IngestConfig, ck: CheckpointFile | None) -> None:
             raise ConfigError(f"{option} {path} is the corpus file {config.corpus}: the run "
                               f"would overwrite its input. Give {option} another path "
                               "(nothing was changed)")
+        if path.is_dir():
+            example = {"--dead-letter": "dead-letter.jsonl", "--summary-json": "summary.json"}
+            todo = (f"{option} names a file (e.g. {path / example[option]})" if option in
+                    example else "move that directory away")
+            raise ConfigError(f"{option} {path} is a directory; {todo}. Nothing was changed")
         if path.is_file() and not ours(path):
             raise ConfigError(f"{option} {path} is an existing file that this ingest did not "
                               f"write (not {_what(option)}); it is left as it is. Give "
