@@ -40,7 +40,7 @@ from lr_opensearch.engine.clauses import (
     rank_feature_clauses,
     vector_list,
 )
-from lr_opensearch.engine.results import EngineResult
+from lr_opensearch.engine.results import EngineResult, refusal
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
     COMPANION_SUFFIX,
@@ -385,9 +385,12 @@ class OpenSearchAdapter(EngineAdapter):
         from opensearchpy import helpers
 
         out = []
-        for ok, item in helpers.streaming_bulk(
-                self.client, actions, chunk_size=max(1, len(actions)),
-                max_chunk_bytes=max_chunk_bytes, raise_on_error=False, raise_on_exception=False,
-                max_retries=0, yield_ok=True):
-            out.append((bool(ok), dict(next(iter(item.values())))))
+        try:
+            for ok, item in helpers.streaming_bulk(
+                    self.client, actions, chunk_size=max(1, len(actions)),
+                    max_chunk_bytes=max_chunk_bytes, raise_on_error=False,
+                    raise_on_exception=False, max_retries=0, yield_ok=True):
+                out.append((bool(ok), dict(next(iter(item.values())))))
+        except OpenSearchException as exc:  # an answer the helper cannot read (not JSON)
+            raise EngineError(f"a bulk request on {self.engine} failed: {refusal(exc)}") from exc
         return out
