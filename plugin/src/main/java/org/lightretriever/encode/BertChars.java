@@ -1,46 +1,40 @@
 package org.lightretriever.encode;
 
+import java.util.Arrays;
+
 /**
- * Character classes of HF tokenizers' BertNormalizer and BertPreTokenizer (Rust), per code
- * point.
+ * Character classes of HF tokenizers' BertNormalizer and BertPreTokenizer, per code point.
  *
- * <p>Rust's {@code char::is_whitespace} is Unicode's White_Space property (written out here:
- * Java's {@code isWhitespace} differs on no-break spaces and U+001C..U+001F). The category
- * tests (other = Cc Cf Cn Co Cs, punctuation = P*, non-spacing mark = Mn) use the JDK's
- * Unicode tables; the Rust side uses its crates' tables, so characters assigned in one
- * Unicode version and not the other can differ (see docs/PLUGIN.md).
+ * <p>Whitespace, "control" (deleted by clean_text), punctuation and non-spacing marks come
+ * from {@link BertTables}, probed from the Rust tokenizers library (its crates' Unicode
+ * tables are neither the JDK's nor Python's: it keeps unassigned code points, for one), so
+ * the result does not depend on the JDK's Unicode version. The CJK ranges are the
+ * normaliser's own constants.
  */
 final class BertChars {
     private BertChars() {
     }
 
-    /** Unicode White_Space (Rust {@code char::is_whitespace}). */
+    private static boolean in(int cp, int[] starts, int[] ends) {
+        int i = Arrays.binarySearch(starts, cp);
+        if (i >= 0) {
+            return true;
+        }
+        int before = -i - 2;
+        return before >= 0 && cp <= ends[before];
+    }
+
+    /** Rust {@code char::is_whitespace} (Unicode White_Space). */
     static boolean isWhitespace(int cp) {
         if (cp < 0x80) {
             return cp == ' ' || (cp >= 0x09 && cp <= 0x0d);
         }
-        return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a)
-            || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+        return in(cp, BertTables.WHITESPACE_STARTS, BertTables.WHITESPACE_ENDS);
     }
 
-    /** Deleted by clean_text: NUL, U+FFFD and "other" (Cc Cf Cn Co Cs) except tab, LF, CR. */
+    /** Deleted by clean_text: NUL, U+FFFD and the library's "other" characters but tab, LF, CR. */
     static boolean isCleaned(int cp) {
-        if (cp == '\t' || cp == '\n' || cp == '\r') {
-            return false;
-        }
-        if (cp == 0 || cp == 0xfffd) {
-            return true;
-        }
-        switch (Character.getType(cp)) {
-            case Character.CONTROL:
-            case Character.FORMAT:
-            case Character.UNASSIGNED:
-            case Character.PRIVATE_USE:
-            case Character.SURROGATE:
-                return true;
-            default:
-                return false;
-        }
+        return in(cp, BertTables.CLEANED_STARTS, BertTables.CLEANED_ENDS);
     }
 
     /** The CJK ideograph blocks BertNormalizer puts spaces around (its exact ranges). */
@@ -53,26 +47,11 @@ final class BertChars {
 
     /** Isolated by BertPreTokenizer: ASCII punctuation (symbols included) or Unicode P*. */
     static boolean isPunctuation(int cp) {
-        if (cp < 0x80) {
-            return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96)
-                || (cp >= 123 && cp <= 126);
-        }
-        switch (Character.getType(cp)) {
-            case Character.CONNECTOR_PUNCTUATION:
-            case Character.DASH_PUNCTUATION:
-            case Character.START_PUNCTUATION:
-            case Character.END_PUNCTUATION:
-            case Character.INITIAL_QUOTE_PUNCTUATION:
-            case Character.FINAL_QUOTE_PUNCTUATION:
-            case Character.OTHER_PUNCTUATION:
-                return true;
-            default:
-                return false;
-        }
+        return in(cp, BertTables.PUNCTUATION_STARTS, BertTables.PUNCTUATION_ENDS);
     }
 
     /** Dropped by strip_accents after NFD (Mn). */
     static boolean isNonSpacingMark(int cp) {
-        return cp >= 0x300 && Character.getType(cp) == Character.NON_SPACING_MARK;
+        return cp >= 0x300 && in(cp, BertTables.NONSPACING_MARK_STARTS, BertTables.NONSPACING_MARK_ENDS);
     }
 }
