@@ -145,8 +145,22 @@ def test_missing_part_is_refused_naming_it(tiny_parts: dict[str, bytes], tmp_pat
     assert "part vocab.txt is missing" in _load_error(parts, tmp_path)
 
 
+def test_every_code_point_normalises_and_splits_as_tokenizers(tmp_path: Path) -> None:
+    """Java's BertNormalizer and BertPreTokenizer give the tokenizer's result for every
+    Unicode scalar value (MiniLM's tokenizer; 4096 code points to a text, between '#')."""
+    bundle = load_bundle(make_bundle(tmp_path / "b", real_tokenizer("minilm"), idf=False))
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    texts = ["#" + "#".join(points[i : i + 4096]) + "#" for i in range(0, len(points), 4096)]
+    _, results = java_encode(plugin_parts(bundle), texts, tmp_path, "--normalize")
+    tok = bundle.tokenizer
+    for text, got in zip(texts, results, strict=True):
+        normal = tok.normalizer.normalize_str(text)
+        words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(normal)]
+        assert got == {"normalized": normal, "words": words}, f"block from U+{ord(text[1]):04X}"
+
+
 def test_bert_tables_are_current() -> None:
     """BertTables.java holds what the installed tokenizers does (regenerate with
     `python -m lr_opensearch.plugin.unicode_tables` after a tokenizers upgrade)."""
-    expected = unicode_tables.java_source(unicode_tables.probe_tables())
+    expected = unicode_tables.generate()
     assert unicode_tables.TABLES_JAVA.read_text(encoding="utf-8") == expected

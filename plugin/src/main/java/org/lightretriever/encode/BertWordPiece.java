@@ -1,7 +1,8 @@
 package org.lightretriever.encode;
 
-import java.text.Normalizer;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
@@ -84,7 +85,14 @@ final class BertWordPiece {
     }
 
     private void tokenizeSegment(String segment, Ids out) {
-        String normal = normalize(segment);
+        for (String word : preTokenize(normalize(segment))) {
+            wordPiece(word, out);
+        }
+    }
+
+    /** BertPreTokenizer: split on whitespace, each punctuation character a word of its own. */
+    static List<String> preTokenize(String normal) {
+        List<String> words = new ArrayList<>();
         int wordStart = -1;
         for (int i = 0; i < normal.length(); ) {
             int cp = normal.codePointAt(i);
@@ -92,11 +100,11 @@ final class BertWordPiece {
             boolean space = BertChars.isWhitespace(cp);
             if (space || BertChars.isPunctuation(cp)) {
                 if (wordStart >= 0) {
-                    wordPiece(normal.substring(wordStart, i), out);
+                    words.add(normal.substring(wordStart, i));
                     wordStart = -1;
                 }
                 if (!space) {
-                    wordPiece(normal.substring(i, next), out);
+                    words.add(normal.substring(i, next));
                 }
             } else if (wordStart < 0) {
                 wordStart = i;
@@ -104,8 +112,9 @@ final class BertWordPiece {
             i = next;
         }
         if (wordStart >= 0) {
-            wordPiece(normal.substring(wordStart), out);
+            words.add(normal.substring(wordStart));
         }
+        return words;
     }
 
     /** BertNormalizer: clean_text, handle_chinese_chars, strip_accents, lowercase, in that order. */
@@ -144,23 +153,36 @@ final class BertWordPiece {
         return true;
     }
 
+    /** NFD (decomposition, then canonical ordering of marks), then drop Mn. */
     private static String stripAccents(String s) {
         if (ascii(s)) {
             return s;
         }
-        String nfd = Normalizer.normalize(s, Normalizer.Form.NFD);
-        StringBuilder sb = new StringBuilder(nfd.length());
-        for (int i = 0; i < nfd.length(); ) {
-            int cp = nfd.codePointAt(i);
+        Ids cps = new Ids();
+        for (int i = 0; i < s.length(); ) {
+            int cp = s.codePointAt(i);
             i += Character.charCount(cp);
-            if (!BertChars.isNonSpacingMark(cp)) {
-                sb.appendCodePoint(cp);
+            BertChars.decompose(cp, cps);
+        }
+        int[] a = cps.data;
+        for (int i = 1; i < cps.size; i++) {  // stable insertion sort of each run of marks
+            int ccc = BertChars.combiningClass(a[i]);
+            for (int j = i; ccc != 0 && j > 0 && BertChars.combiningClass(a[j - 1]) > ccc; j--) {
+                int t = a[j - 1];
+                a[j - 1] = a[j];
+                a[j] = t;
+            }
+        }
+        StringBuilder sb = new StringBuilder(s.length());
+        for (int i = 0; i < cps.size; i++) {
+            if (!BertChars.isNonSpacingMark(a[i])) {
+                sb.appendCodePoint(a[i]);
             }
         }
         return sb.toString();
     }
 
-    /** Per code point full lower-case mapping, no context (Rust {@code char::to_lowercase}). */
+    /** Per code point lower case, no context (Rust {@code char::to_lowercase}). */
     private static String lowercase(String s) {
         if (ascii(s)) {
             return s.toLowerCase(Locale.ROOT);
@@ -168,13 +190,8 @@ final class BertWordPiece {
         StringBuilder sb = new StringBuilder(s.length());
         for (int i = 0; i < s.length(); ) {
             int cp = s.codePointAt(i);
-            int n = Character.charCount(cp);
-            if (cp < 0x80) {
-                sb.append((char) (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
-            } else {
-                sb.append(s.substring(i, i + n).toLowerCase(Locale.ROOT));
-            }
-            i += n;
+            i += Character.charCount(cp);
+            BertChars.lowercase(cp, sb);
         }
         return sb.toString();
     }
