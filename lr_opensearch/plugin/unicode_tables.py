@@ -18,12 +18,12 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from tokenizers import normalizers, pre_tokenizers
 
-TABLES_JAVA = (Path(__file__).resolve().parents[2] / "plugin" / "src" / "main" / "java" / "org"
-               / "lightretriever" / "encode" / "BertTables.java")
+from lr_opensearch.plugin.javac import ENCODER_PACKAGE, PLUGIN_SRC
+
+TABLES_JAVA = PLUGIN_SRC / ENCODER_PACKAGE / "BertTables.java"
 _MARKER = "#"  # kept by every step, never the image of another code point under NFD/lowercase
 _CHUNK = 8192
 

@@ -2,6 +2,7 @@ package org.lightretriever.encode;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -27,15 +28,44 @@ final class BertWordPiece {
     }
 
     private final Options options;
-    private final Map<String, Integer> vocab;
+    private final Map<String, Integer> starts;  // pieces that begin a word
+    private final Map<String, Integer> continuations;  // pieces after the prefix, prefix removed
+    private final int longestStart;  // UTF-16 units of the longest key of each map
+    private final int longestContinuation;
     private final String[] addedTokens;
     private final int[] addedIds;
+    private final long memoryBytes;
 
     BertWordPiece(Options options, Map<String, Integer> vocab, String[] addedTokens, int[] addedIds) {
         this.options = options;
-        this.vocab = vocab;
+        this.starts = new HashMap<>(vocab.size() * 2);
+        this.continuations = new HashMap<>(vocab.size());
+        int longest = 0;
+        int longestCont = 0;
+        for (Map.Entry<String, Integer> e : vocab.entrySet()) {
+            String token = e.getKey();
+            starts.put(token, e.getValue());
+            longest = Math.max(longest, token.length());
+            if (token.startsWith(options.prefix)) {
+                String rest = token.substring(options.prefix.length());
+                continuations.put(rest, e.getValue());
+                longestCont = Math.max(longestCont, rest.length());
+            }
+        }
+        long bytes = 64L * (starts.size() + continuations.size());  // map nodes, boxed ids, slots
+        for (String rest : continuations.keySet()) {
+            bytes += 40 + 2L * rest.length();  // the keys of starts are the vocabulary's strings
+        }
+        this.memoryBytes = bytes;
+        this.longestStart = longest;
+        this.longestContinuation = longestCont;
         this.addedTokens = addedTokens.clone();
         this.addedIds = addedIds.clone();
+    }
+
+    /** Estimated heap bytes of the lookup maps (not counting the vocabulary's strings). */
+    long memoryBytes() {
+        return memoryBytes;
     }
 
     /** Growable int array. */
@@ -205,11 +235,12 @@ final class BertWordPiece {
         int mark = out.size;
         int start = 0;
         while (start < word.length()) {
-            int end = word.length();
+            // the vocabulary has no longer piece: start there (same result as from the word's end)
+            Map<String, Integer> pieces = start > 0 ? continuations : starts;
+            int end = Math.min(word.length(), start + (start > 0 ? longestContinuation : longestStart));
             Integer found = null;
             while (start < end) {
-                String piece = word.substring(start, end);
-                found = vocab.get(start > 0 ? options.prefix + piece : piece);
+                found = pieces.get(word.substring(start, end));
                 if (found != null) {
                     break;
                 }

@@ -71,9 +71,8 @@ final class ModelParts {
         p.table = floats(part(parts, TABLE), (long) vocabSize * p.dim);
         p.idf = m.string("sparse_weights").equals("idf") ? doubles(part(parts, IDF), vocabSize) : null;
         p.sparseKeep = m.flag("sparse_keep") ? bools(part(parts, SPARSE_KEEP), vocabSize) : null;
-        int wordpiece = m.integer("wordpiece_size", 1, vocabSize);
         p.memoryBytes = 4L * p.table.length + (p.idf == null ? 0 : 8L * vocabSize)
-            + 2L * vocabSize + textBytes + 56L * wordpiece;
+            + 2L * vocabSize + textBytes + p.tokenizer.memoryBytes();
         return p;
     }
 
