@@ -1,16 +1,17 @@
-"""The character classes of HF tokenizers' BERT pipeline, probed from the installed library,
-as the Java source of ``BertTables`` (the plugin's tokenizer reads them).
+"""HF tokenizers' BERT pipeline per code point, probed from the installed library, as the
+Java source of ``BertTables`` (the plugin's tokenizer reads it).
 
-The Rust tokenizer decides "control" (deleted by ``clean_text``), whitespace, punctuation
-and non-spacing marks (deleted by ``strip_accents``) with its own crates' Unicode tables,
-which are neither Python's ``unicodedata`` nor any JDK's (for example it keeps unassigned
-code points that the JDK calls ``Cn``). So the plugin does not use the JDK's categories for
-these: this module asks the installed ``tokenizers`` about every code point and writes the
-answer as ranges. ``python -m lr_opensearch.plugin.unicode_tables`` rewrites the Java file;
-tests/test_plugin_encoder.py checks it is current.
-
-NFD and lower-casing are the JDK's (``java.text.Normalizer``, ``String.toLowerCase``); the
-code points where they differ from the Rust crates are listed in docs/PLUGIN.md.
+The Rust tokenizer decides "control" (deleted by ``clean_text``), whitespace, punctuation,
+non-spacing marks (deleted by ``strip_accents``), NFD and lower case with its own crates'
+Unicode tables, which are neither Python's ``unicodedata`` nor any JDK's (it keeps
+unassigned code points that the JDK calls ``Cn``; its NFD is older than JDK 25's and its
+lower case newer than JDK 17's). So the plugin uses none of the JDK's Unicode data: this
+module asks the installed ``tokenizers`` about every code point and writes the classes as
+ranges and NFD / lower case as mappings (Hangul syllables decompose by the algorithm).
+The canonical combining classes, which order marks within NFD and which the tokenizer does
+not expose, come from Python's ``unicodedata``. ``python -m lr_opensearch.plugin.unicode_tables``
+rewrites the Java file; tests/test_plugin_encoder.py checks that it is current and that
+the Java normaliser and pre-tokenizer equal the tokenizer's on every code point.
 """
 
 from __future__ import annotations
