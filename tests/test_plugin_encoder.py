@@ -145,6 +145,13 @@ def test_missing_part_is_refused_naming_it(tiny_parts: dict[str, bytes], tmp_pat
     assert "part vocab.txt is missing" in _load_error(parts, tmp_path)
 
 
+def test_a_part_the_manifest_does_not_list_is_not_read(tiny_parts: dict[str, bytes], tmp_path: Path) -> None:
+    """Only checksummed parts are read: IDF weights left out of the manifest's list are refused."""
+    manifest = tiny_parts[MANIFEST].replace(b",idf.f64le\n", b"\n")
+    assert manifest != tiny_parts[MANIFEST]
+    assert "part idf.f64le is missing or not listed" in _load_error({**tiny_parts, MANIFEST: manifest}, tmp_path)
+
+
 def test_every_code_point_normalises_and_splits_as_tokenizers(tmp_path: Path) -> None:
     """Java's BertNormalizer and BertPreTokenizer give the tokenizer's result for every
     Unicode scalar value (MiniLM's tokenizer; 4096 code points to a text, between '#')."""

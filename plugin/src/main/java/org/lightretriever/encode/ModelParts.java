@@ -47,9 +47,16 @@ final class ModelParts {
         }
         Manifest m = Manifest.parse(part(parts, Manifest.PART));
         checkFormat(m);
+        Map<String, byte[]> checked = new HashMap<>();
         for (String name : m.string("parts").split(",", -1)) {
             checkPart(m, name, part(parts, name));
+            checked.put(name, parts.get(name));
         }
+        return read(m, checked);
+    }
+
+    /** The model from a checked manifest and its checked parts (none read unchecked). */
+    private static ModelParts read(Manifest m, Map<String, byte[]> parts) {
         ModelParts p = new ModelParts();
         p.bundleId = m.string("bundle_id");
         int vocabSize = m.integer("vocab_size", 1, MAX_VOCAB);
@@ -79,7 +86,7 @@ final class ModelParts {
     private static byte[] part(Map<String, byte[]> parts, String name) {
         byte[] bytes = parts.get(name);
         if (bytes == null) {
-            throw new ModelFormatException("part " + name + " is missing (have " + parts.keySet()
+            throw new ModelFormatException("part " + name + " is missing or not listed in " + Manifest.PART + " (have " + new java.util.TreeSet<>(parts.keySet())
                 + "); load all the parts of the bundle's plugin export");
         }
         return bytes;
