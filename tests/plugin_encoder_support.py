@@ -48,7 +48,7 @@ ODD_TEXTS = [
     "boundary " * 700, "word " * 20000, "a" * 100_000, "layer" + "\u00e9" * 30_000,
     "Dives Akuru \U00011938 Tulu \U00011383 Todhri \U000105c9 \ua7cb\u2c2f\U00010570",
     "marks a\u0301\u0316\u0323 x\U0001d16d\U0001d165 \U0001d15f\U0001d16e\U0001d166 \u0e01\u0e49\u0e38",
-    "hangul \uac00\ud7a3 \u1100\u1161 jamo",
+    "hangul \uac00\ud7a3 \u1100\u1161 jamo", "x\U0001f600y x\U0001f600\U0001f600 \U0001d11e!",
 ]
 
 

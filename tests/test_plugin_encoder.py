@@ -63,7 +63,26 @@ def real_tokenizer(name: str) -> Tokenizer:
     return Tokenizer.from_file(str(ensure_model(model) / "tokenizer.json"))
 
 
+def astral_tokenizer() -> Tokenizer:
+    """A hand-made BERT WordPiece vocabulary with astral-plane pieces (emoji, music signs),
+    word-initial and continuing, so that keys take the ``-Uhhhhhh`` form and WordPiece
+    steps back over surrogate pairs."""
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    pieces = ["\U0001f600", "\U0001f680", "x\U0001f600", "\U0001d11e", "\U0001f600\U0001f600",
+              "\u03b5\u03bb", "\u65e5", "the", "boundary", "layer", "a.b"]
+    letters = list("abcdefghijklmnopqrstuvwxyz0123456789")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *(f"##{c}" for c in letters),
+             *pieces, *(f"##{p}" for p in pieces[:5]), "##\U0001f600y", *"!?.,;:'\"-()[]#\u2019"]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.add_special_tokens(vocab[:5])
+    return tok
+
+
 CASES = {  # name: (tokenizer, IDF weights, config)
+    "astral-idf": (astral_tokenizer, True, {}),
     "tiny-count": (lambda: wordpiece_tokenizer(padding=False), False, {}),
     "tiny-idf-stopwords": (lambda: wordpiece_tokenizer(), True, {"remove_stopwords": True}),
     "minilm-idf-stopwords": (lambda: real_tokenizer("minilm"), True, {"remove_stopwords": True}),
@@ -91,6 +110,9 @@ def test_java_encoder_equals_python(case: str, tmp_path: Path) -> None:
     assert got.ids_equal == got.sparse_equal == encoded >= 1400
     assert got.refused_both >= 8  # empty, blank, no-token, lone-surrogate and 100,000-char texts
     assert got.min_cosine >= 0.9999999
+    if case.startswith("astral"):  # the -Uhhhhhh keys and continuing astral pieces were met
+        keys = {k for r in results for k in r.get("sparse", {})}
+        assert {"-U01f600", "-23-23-U01f600", "x-U01f600"} <= keys, sorted(keys)[:20]
 
 
 def test_sparse_min_idf_and_instruction_match(tmp_path: Path) -> None:
