@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ingest_support import data_dir
 from plugin_encoder_support import ODD_TEXTS, compare, java_encode, random_texts
 from tiny_artifacts import bpe_tokenizer, random_tables, tiny_config, wordpiece_tokenizer
@@ -113,6 +116,30 @@ def test_java_encoder_equals_python(case: str, tmp_path: Path) -> None:
     if case.startswith("astral"):  # the -Uhhhhhh keys and continuing astral pieces were met
         keys = {k for r in results for k in r.get("sparse", {})}
         assert {"-U01f600", "-23-23-U01f600", "x-U01f600"} <= keys, sorted(keys)[:20]
+
+
+@pytest.fixture(scope="module")
+def minilm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("minilm")
+    return load_bundle(make_bundle(root / "b", real_tokenizer("minilm"), idf=True, remove_stopwords=True))
+
+
+# any code point (surrogates, controls, unassigned included), and the odd texts' characters
+_any_char = st.characters(codec=None, exclude_categories=()) | st.characters(categories=["Cs"])
+_odd_char = st.sampled_from(sorted(set("".join(ODD_TEXTS))))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(alphabet=_any_char | _odd_char, max_size=80), min_size=150, max_size=150))
+def test_java_encoder_equals_python_on_generated_texts(minilm_bundle: Any, texts: list[str],
+                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Hypothesis: 4 batches of 150 generated texts through MiniLM's tokenizer."""
+    _, results = java_encode(plugin_parts(minilm_bundle), texts, tmp_path_factory.mktemp("gen"))
+    got = compare(QueryEncoder(minilm_bundle), texts, results)
+    assert not got.failures, "\n".join(got.failures[:20])
+    assert got.ids_equal + got.refused_both == len(texts)
+    print(f"\n[generated] {len(texts)} texts: ids equal {got.ids_equal}, refused by both {got.refused_both}")
 
 
 def test_sparse_min_idf_and_instruction_match(tmp_path: Path) -> None:
