@@ -5,7 +5,9 @@ lines whose id is still readable."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,16 @@ def test_a_deeply_nested_line_is_one_rejection_and_the_next_line_is_read(
     assert isinstance(got[0], rd.Rejection) and got[0].reason == rd.MALFORMED_JSON
     assert "nested" in got[0].message and got[0].id == "deep"
     assert isinstance(got[1], rd.Record) and got[1].id == "after"
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_stdin_is_read_as_a_file_is_gzip_or_not(compressed: bool,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = b"".join(jl({"_id": f"d{i}", "text": f"document {i}"}) for i in range(50))
+    payload = gzip.compress(plain) if compressed else plain
+    stdin = io.TextIOWrapper(io.BufferedReader(io.BytesIO(payload)))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    got = items(Path("-"))
+    assert [x.id for x in got if isinstance(x, rd.Record)] == [f"d{i}" for i in range(50)]
+    assert len(got) == 50 and got[-1].end_offset == len(plain)
+    assert not stdin.buffer.closed  # stdin is the process's, not the reader's to close

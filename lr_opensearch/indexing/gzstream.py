@@ -89,12 +89,37 @@ class GzipStream(io.RawIOBase):
         return True
 
 
+MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member
+
+
+class Prefixed(io.RawIOBase):
+    """``head`` (bytes already read from ``rest``) then the rest of ``rest``: a stream that
+    cannot seek back (stdin) read again from its start after its magic bytes were looked at."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        super().__init__()
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 def is_gzip(path: str) -> bool:
-    """Whether the file at ``path`` is gzip (by its magic bytes; ``-``, stdin: no)."""
+    """Whether the file at ``path`` is gzip (by its magic bytes; ``-``, stdin: not known
+    before it is read: ``reader.open_corpus`` looks at its first bytes)."""
     if path == STDIN:
         return False
     with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+        return f.read(2) == MAGIC
 
 
 def count_lines(path: str) -> int:

@@ -37,7 +37,7 @@ from lr_opensearch.errors import CorpusError, IngestError
 from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
-from .gzstream import GzipStream, damage_at
+from .gzstream import MAGIC, GzipStream, Prefixed, damage_at
 
 MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
 EXCERPT_CHARS = 200  # how much of a bad line goes into the dead-letter file
@@ -125,17 +125,22 @@ def worker_of(key: str, workers: int) -> int:
 def open_corpus(path: str) -> tuple[IO[bytes], IO[bytes]]:
     """Open a corpus as (decoded binary stream, underlying raw file).
 
-    gzip is recognised by its magic bytes, not the name; ``-`` is stdin (both the same).
+    gzip is recognised by its magic bytes, not the name, on stdin as in a file; ``-`` is
+    stdin (``raw`` is then ``sys.stdin.buffer``, which the caller leaves open).
     ``raw.tell()`` is the position in the file on disk (compressed bytes for gzip).
 
     Raises:
         CorpusError: the file does not exist or is not readable.
     """
     if path == STDIN:
-        return sys.stdin.buffer, sys.stdin.buffer
+        stdin = sys.stdin.buffer
+        head = stdin.read(len(MAGIC))
+        if head != MAGIC:
+            return io.BufferedReader(Prefixed(head, stdin)), stdin
+        return io.BufferedReader(GzipStream(Prefixed(head, stdin)), buffer_size=1 << 20), stdin
     check_corpus(path)
     raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    if raw.peek(2)[:2] == b"\x1f\x8b":
+    if raw.peek(2)[:2] == MAGIC:
         return io.BufferedReader(GzipStream(raw), buffer_size=1 << 20), raw
     return raw, raw
 
@@ -208,7 +213,7 @@ class CorpusReader:
             yield from self._items(stream)
         finally:
             self._file_pos = self.file_position()
-            if stream is not sys.stdin.buffer:
+            if self._raw is not sys.stdin.buffer:  # stdin stays open: it is the process's
                 stream.close()
                 self._raw.close()
             self._raw = None
