@@ -38,7 +38,7 @@ class GzipStream(io.RawIOBase):
         super().__init__()
         self._raw = raw
         self._d = zlib.decompressobj(wbits=31)
-        self._input = b""
+        self._input: bytes | memoryview = b""
         self._out = b""
         self._read = 0  # compressed bytes read from ``raw``
         self._careful = False  # a step failed: feed one byte at a time up to the damage
@@ -71,12 +71,14 @@ class GzipStream(io.RawIOBase):
                     return False
                 raise EOFError("the file ends in the middle of the compressed data")
         if self._d.eof:  # the previous member is complete: another one, or zero padding
-            if not self._input.strip(b"\x00"):
+            if not bytes(self._input).strip(b"\x00"):
                 self._input = b""
                 return True
             self._d = zlib.decompressobj(wbits=31)
-        piece = self._input[:1] if self._careful else self._input
-        rest = self._input[len(piece):]
+        # a view: one byte at a time must not copy the rest of the read each time
+        view = memoryview(self._input)
+        piece = view[:1] if self._careful else view
+        rest = view[len(piece):]
         before = None if self._careful else self._d.copy()
         try:
             self._out = self._d.decompress(piece, OUT)
@@ -85,7 +87,8 @@ class GzipStream(io.RawIOBase):
                 raise zlib.error(f"{exc}, at byte {self.consumed} of the file") from None
             self._d, self._careful = before, True
             return True
-        self._input = (self._d.unused_data if self._d.eof else self._d.unconsumed_tail) + rest
+        left = self._d.unused_data if self._d.eof else self._d.unconsumed_tail
+        self._input = left + rest if left else rest
         return True
 
 

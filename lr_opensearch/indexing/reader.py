@@ -37,6 +37,7 @@ from lr_opensearch.errors import CorpusError, IngestError
 from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
+from .gzdamage import DamageTrail, describe
 from .gzstream import MAGIC, GzipStream, Prefixed, damage_at
 
 MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
@@ -203,6 +204,7 @@ class CorpusReader:
         self.resume_line = resume_line
         self.resume_offset = resume_offset
         self._seen: set[str] = set()
+        self._trail = DamageTrail()  # where a damaged .gz shows
         self._raw: IO[bytes] | None = None
         self._file_pos = 0
         self.bytes_read = 0
@@ -269,18 +271,18 @@ class CorpusReader:
                               "changed; rerun with --restart.")
         if position is None:
             position = self.file_position()
-        return Truncation(line_no, offset, position, (
-            f"{self.path} is cut short or corrupt from line {line_no} on: it could not be read "
-            f"past byte {position} of the file ({offset} bytes uncompressed; {exc}). The "
-            f"{line_no - 1} lines before were read (the last few may be damaged too if the "
-            "file is corrupt); get a complete copy of the file to ingest the rest"))
+        size = None if self.path == STDIN else os.path.getsize(self.path)
+        return Truncation(line_no, offset, position,
+                          describe(self.path, line_no, offset, exc, position, self._trail, size))
 
     def _classify(self, raw: bytes, line_no: int, end: int) -> Item:
         if not raw.strip():
+            self._trail.see(line_no, end, unreadable=False, blank=True)
             return Foreign(line_no, end)
         if line_no == 1 and raw.startswith(BOM):  # editors on Windows write one
             raw = raw[len(BOM):]
         parsed = _parse_line(raw, line_no, end)
+        self._trail.see(line_no, end, unreadable=isinstance(parsed, Rejection))
         if isinstance(parsed, Rejection):
             return parsed if self._mine_by_line(line_no) else Foreign(line_no, end)
         obj = parsed
