@@ -34,7 +34,7 @@ class GzipStream(io.RawIOBase):
         zlib.error: the compressed data is corrupt (or its checksum does not match).
     """
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes] | io.RawIOBase) -> None:
         super().__init__()
         self._raw = raw
         self._d = zlib.decompressobj(wbits=31)
