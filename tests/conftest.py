@@ -313,3 +313,23 @@ def fitted_bge() -> Path:
     `lr bundle build --model packaged:bge-small --fit-corpus` builds it; from the bundle
     store like ``fitted_minilm`` (the first fit on a machine: minutes on 2 cores)."""
     return _fitted_adi_bundle("packaged:bge-small", "bge-small")
+
+
+@pytest.fixture(scope="session")
+def plugin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A throwaway local OpenSearch node (``LR_TEST_OPENSEARCH_VERSION``, default 3.6.0) with
+    the LightRetriever plugin built from this checkout's source and installed
+    (``lr_opensearch.plugin.install.plugin_installation``); ``.url``, ``.restart()``."""
+    from plugin_support import PluginNode
+
+    from lr_opensearch.errors import LRError
+
+    node = PluginNode(tmp_path_factory.mktemp("plugin-node"), opensearch_test_version())
+    try:
+        node.start()
+    except LRError as exc:
+        pytest.fail(f"no OpenSearch node with the LightRetriever plugin: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        node.stop()

@@ -35,7 +35,7 @@ import org.opensearch.index.IndexNotFoundException;
  */
 final class ModelStore {
     static final String INDEX = ".lightretriever-models";
-    static final Setting<Long> MAX_BYTES = Setting.longSetting("lightretriever.model_cache.max_bytes", 1L << 30, 0L,
+    static final Setting<Long> MAX_BYTES = Setting.longSetting("lightretriever.model_cache.max_bytes", 256L << 20, 0L,
         Setting.Property.NodeScope, Setting.Property.Dynamic);
 
     /** One loaded model. */

@@ -1,0 +1,98 @@
+"""The LightRetriever plugin against `lr search`: the same top 10 and scores (within 1e-5)
+for several queries, weights, modes, filters, paging and explain, on a node with the plugin
+built from this checkout (tests/conftest.py ``plugin_node``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from plugin_support import QUERIES, index_corpus, plugin_search
+from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.plugin.load import load_plugin_model
+from lr_opensearch.search import Retriever
+
+pytestmark = [pytest.mark.node, pytest.mark.matrix]
+
+WEIGHTS = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4}
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def client(plugin_node: Any) -> Any:
+    return plugin_node.client()
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory, client: Any) -> Any:
+    """(bundle, index) with the bundle loaded into the cluster and the index's record."""
+    tok = wordpiece_tokenizer(padding=False)
+    bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3,
+                                     weights=WEIGHTS))
+    index = index_corpus(client, bundle, tok)
+    load_plugin_model(client, bundle, index)
+    yield bundle, index
+    client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def both(client: Any, loaded: Any, text: str, **options: Any) -> tuple[list[Any], list[Any]]:
+    """(lr search's hits, the plugin's hits) for one text and the same options."""
+    bundle, index = loaded
+    retriever = Retriever(bundle, client, index, fusion="client")
+    body: dict[str, Any] = {"text": text}
+    names = {"k": "size", "from_": "from"}
+    body.update({names.get(key, key): v for key, v in options.items()})
+    hits = retriever.search(text, **options)
+    status, answer = plugin_search(client, index, body)
+    assert status == 200, answer
+    return hits, answer["hits"]["hits"]
+
+
+def assert_same(expected: list[Any], got: list[Any]) -> None:
+    assert [h["_id"] for h in got] == [h.doc_id for h in expected]
+    for e, g in zip(expected, got, strict=True):
+        assert abs(g["_score"] - e.score) <= TOL, (e.doc_id, e.score, g["_score"])
+        assert g["_index"] == e.index
+
+
+@pytest.mark.parametrize("text", QUERIES)
+def test_hybrid_equals_lr_search(client: Any, loaded: Any, text: str) -> None:
+    expected, got = both(client, loaded, text)
+    assert len(expected) == 10
+    assert_same(expected, got)
+    assert all("lr_dense" not in h["_source"] and "lr_sparse" not in h["_source"] for h in got)
+    assert [h["_source"] for h in got] == [h.source for h in expected]
+
+
+@pytest.mark.parametrize("options", [
+    {"weights": {"dense": 0.7, "sparse": 0.3}},
+    {"weights": {"sparse": 0.5, "bm25": 0.5}, "candidates": 7},
+    {"mode": "dense"}, {"mode": "sparse", "k": 5}, {"mode": "bm25"},
+    {"from_": 5, "k": 7}, {"candidates": 3, "k": 10},
+    {"filter": {"term": {"metadata.group": "b"}}},
+    {"filter": [{"term": {"metadata.group": "a"}}, {"exists": {"field": "title"}}],
+     "weights": {"dense": 0.5, "bm25": 0.5}},
+])
+def test_options_equal_lr_search(client: Any, loaded: Any, options: dict[str, Any]) -> None:
+    for text in QUERIES[:3]:
+        expected, got = both(client, loaded, text, **options)
+        assert expected, options
+        assert_same(expected, got)
+
+
+def test_explain_gives_each_legs_scores(client: Any, loaded: Any) -> None:
+    expected, got = both(client, loaded, QUERIES[0], explain=True)
+    assert_same(expected, got)
+    for e, g in zip(expected, got, strict=True):
+        legs = g["_explanation"]["legs"]
+        assert sorted(legs) == sorted(e.explanation.legs)
+        for name, leg in e.explanation.legs.items():
+            mine = legs[name]
+            for key, value in (("engine_score", leg.engine), ("score", leg.score),
+                               ("norm", leg.norm), ("rank", leg.rank)):
+                if value is None:
+                    assert mine[key] is None, (name, key)
+                else:
+                    assert abs(mine[key] - value) <= TOL, (name, key, mine[key], value)
