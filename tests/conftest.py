@@ -319,17 +319,25 @@ def fitted_bge() -> Path:
 def plugin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A throwaway local OpenSearch node (``LR_TEST_OPENSEARCH_VERSION``, default 3.6.0) with
     the LightRetriever plugin built from this checkout's source and installed
-    (``lr_opensearch.plugin.install.plugin_installation``); ``.url``, ``.restart()``."""
+    (``lr_opensearch.plugin.install.plugin_installation``); ``.url``, ``.restart()``.
+    ``LR_TEST_PLUGIN_NODE_DIR`` + ``LR_TEST_PLUGIN_HTTP_PORT``: a node of this checkout's
+    plugin already running from that directory (a developer's, left running)."""
     from plugin_support import PluginNode
 
     from lr_opensearch.errors import LRError
 
-    node = PluginNode(tmp_path_factory.mktemp("plugin-node"), opensearch_test_version())
+    where = os.environ.get("LR_TEST_PLUGIN_NODE_DIR")
+    node = (PluginNode(Path(where), opensearch_test_version(),
+                       http_port=int(os.environ["LR_TEST_PLUGIN_HTTP_PORT"]))
+            if where else PluginNode(tmp_path_factory.mktemp("plugin-node"),
+                                     opensearch_test_version()))
     try:
-        node.start()
+        if not where:
+            node.start()
     except LRError as exc:
         pytest.fail(f"no OpenSearch node with the LightRetriever plugin: {exc}", pytrace=False)
     try:
         yield node
     finally:
-        node.stop()
+        if not where:
+            node.stop()

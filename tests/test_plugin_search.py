@@ -90,7 +90,7 @@ def test_explain_gives_each_legs_scores(client: Any, loaded: Any) -> None:
         assert sorted(legs) == sorted(e.explanation.legs)
         for name, leg in e.explanation.legs.items():
             mine = legs[name]
-            for key, value in (("engine_score", leg.engine), ("score", leg.score),
+            for key, value in (("engine_score", leg.engine_score), ("score", leg.score),
                                ("norm", leg.norm), ("rank", leg.rank)):
                 if value is None:
                     assert mine[key] is None, (name, key)
