@@ -66,6 +66,14 @@ def test_hybrid_equals_lr_search(client: Any, loaded: Any, text: str) -> None:
     assert [h["_source"] for h in got] == [h.source for h in expected]
 
 
+def test_legs_fuse_in_sub_query_order(client: Any, loaded: Any) -> None:
+    """The float32 sums of the fusion follow the legs' order, which the record keeps as a
+    list (a mapping's _meta object comes back in no set order)."""
+    status, answer = plugin_search(client, loaded[1], {"text": QUERIES[0]})
+    assert status == 200
+    assert answer["lightretriever"]["legs"] == ["dense", "sparse", "bm25"]
+
+
 @pytest.mark.parametrize("options", [
     {"weights": {"dense": 0.7, "sparse": 0.3}},
     {"weights": {"sparse": 0.5, "bm25": 0.5}, "candidates": 7},

@@ -44,6 +44,7 @@ MODELS_INDEX = ".lightretriever-models"
 CHUNK_BYTES = 4 * 1024 * 1024
 RECORD_KEY = "plugin"  # _meta.lightretriever.plugin
 RECORD_FORMAT = 1  # IndexRecord.FORMAT of the plugin
+# (a mapping's _meta keeps no key order: the legs' order is the list leg_order)
 PLUGIN_BASE = "/_plugins/lightretriever"
 MODELS_BODY: dict[str, Any] = {
     "settings": {"index": {"hidden": True, "number_of_shards": 1,
@@ -146,7 +147,8 @@ def index_record(adapter: Any, bundle: Any, digest: str, *, candidates: int) -> 
             "weights": weights, "semantics": cfg.fusion_semantics, "normalization": "min_max",
             "combination": "arithmetic_mean", "rank_constant": 60, "candidates": int(candidates),
             "text_query_max_terms": TEXT_QUERY_MAX_TERMS, "dense_field": adapter.dense_field,
-            "sparse_field": adapter.sparse_field, "legs": legs, "loaded_at": int(time.time())}
+            "sparse_field": adapter.sparse_field, "legs": legs, "leg_order": list(legs),
+            "loaded_at": int(time.time())}
 
 
 def write_record(client: Any, index: str, bundle: Any, digest: str, *,

@@ -24,7 +24,7 @@ final class IndexRecord {
     final String target;
     final String bundleId;
     final String modelDigest;
-    final Map<String, Double> weights; // every leg the record has, in sub-query order
+    final Map<String, Double> weights; // the bundle's weighted legs
     final String semantics;
     final String normalization;
     final String combination;
@@ -33,7 +33,7 @@ final class IndexRecord {
     final int textMaxTerms;
     final String denseField;
     final String sparseField;
-    final Map<String, Map<String, Object>> legs; // leg -> {input, score, bodies}
+    final Map<String, Map<String, Object>> legs; // leg -> {input, score, bodies}, in leg_order
     final int shards;
 
     @SuppressWarnings("unchecked")
@@ -54,7 +54,13 @@ final class IndexRecord {
         textMaxTerms = ((Number) rec.get("text_query_max_terms")).intValue();
         denseField = (String) rec.get("dense_field");
         sparseField = (String) rec.get("sparse_field");
-        legs = (Map<String, Map<String, Object>>) (Map<String, ?>) rec.get("legs");
+        // a mapping's _meta comes back with its objects' keys in no set order: the leg order
+        // (the sub-query order lr search fuses in, float32 sums included) is a list
+        Map<String, Map<String, Object>> byName = (Map<String, Map<String, Object>>) (Map<String, ?>) rec.get("legs");
+        legs = new LinkedHashMap<>();
+        for (Object name : (List<Object>) rec.get("leg_order")) {
+            legs.put(String.valueOf(name), byName.get(String.valueOf(name)));
+        }
     }
 
     /** The record of ``target`` from its concrete indices' mappings and settings. */

@@ -98,8 +98,7 @@ final class RestHandlers {
             try {
                 return XContentHelper.convertToMap(request.content(), true, request.getMediaType()).v2();
             } catch (Exception e) {
-                throw LrError.badRequest("the request body is not a JSON object (" + e.getMessage() + "); send one such as "
-                    + SearchBody.EXAMPLE);
+                throw LrError.badRequest("the request body is not a JSON object; send one such as " + SearchBody.EXAMPLE);
             }
         }
     }
