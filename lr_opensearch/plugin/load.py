@@ -174,7 +174,7 @@ def write_record(client: Any, index: str, bundle: Any, digest: str, *,
 
 def load_plugin_model(client: Any, bundle: Any, index: str | None = None, *,
                       instruction: str | None = None,
-                      candidates: int = DEFAULT_CANDIDATES) -> dict[str, Any]:
+                      candidates: int | None = None) -> dict[str, Any]:
     """``lr plugin load``: store the bundle's query model, have a node build it, and (with
     ``index``) write the index's plugin record. A model the node refuses is removed again.
 
@@ -192,7 +192,8 @@ def load_plugin_model(client: Any, bundle: Any, index: str | None = None, *,
     except ConfigError:
         delete_stored(client, bundle_id)
         raise
-    indices = write_record(client, index, bundle, digest, candidates=candidates) if index else []
+    indices = (write_record(client, index, bundle, digest,
+                            candidates=candidates or DEFAULT_CANDIDATES) if index else [])
     logger.info("bundle %s loaded (%d bytes in the node's memory)%s", bundle_id,
                 loaded.get("bytes", 0), f"; plugin record on {', '.join(indices)}" if indices else "")
     return {"bundle_id": bundle_id, "digest": digest, "bytes": loaded.get("bytes"),
