@@ -113,10 +113,18 @@ def store_parts(client: Any, bundle_id: str, parts: Mapping[str, bytes],
 
 
 def delete_stored(client: Any, bundle_id: str) -> None:
-    """Remove every document of ``bundle_id`` from :data:`MODELS_INDEX`."""
-    _call(f"removing bundle {bundle_id} from {MODELS_INDEX}", client.delete_by_query,
-          index=MODELS_INDEX, body={"query": {"term": {"bundle_id": bundle_id}}},
-          refresh=True, conflicts="proceed")
+    """Remove ``bundle_id`` from :data:`MODELS_INDEX`: its manifest first (no node then
+    reads the rest), then the chunks it names (by id: the minimal distributions have no
+    ``_delete_by_query``)."""
+    manifest = f"{bundle_id}/manifest"
+    found = _call(f"reading the manifest of bundle {bundle_id}", client.get, index=MODELS_INDEX,
+                  id=manifest, ignore=404)
+    if not found.get("found"):
+        return
+    _call(f"removing bundle {bundle_id}", client.delete, index=MODELS_INDEX, id=manifest)
+    ops = [{"delete": {"_index": MODELS_INDEX, "_id": f"{bundle_id}/{name}/{seq}"}}
+           for name, part in found["_source"]["parts"].items() for seq in range(part["chunks"])]
+    _call(f"removing the chunks of bundle {bundle_id}", client.bulk, body=ops, refresh=True)
 
 
 def node_load(client: Any, bundle_id: str) -> dict[str, Any]:

@@ -50,8 +50,21 @@ final class SearchAction {
         this.body = body;
     }
 
+    /** The target's names (``a,b``, an alias, a pattern), refusing an empty one as {@code lr search} does. */
+    static String[] indices(String target) {
+        String[] names = target.split(",", -1);
+        for (String name : names) {
+            if (name.trim().isEmpty()) {
+                throw LrError.badRequest("index target " + IndexRecord.quote(target) + " has an empty index name (the "
+                    + "engine reads ',' or an empty name as every index); name the indices: /a/_lightretriever or "
+                    + "/a,b/_lightretriever (or a pattern such as docs-*)");
+            }
+        }
+        return names;
+    }
+
     void run(ActionListener<Map<String, Object>> listener) {
-        GetIndexRequest request = new GetIndexRequest().indices(target)
+        GetIndexRequest request = new GetIndexRequest().indices(indices(target))
             .features(GetIndexRequest.Feature.MAPPINGS, GetIndexRequest.Feature.SETTINGS);
         cluster.getIndex(request, ActionListener.wrap(response -> {
             IndexRecord record = IndexRecord.of(target, response);
@@ -88,7 +101,7 @@ final class SearchAction {
                 record.textMaxTerms);
             SearchSourceBuilder source = parse(legBody);
             for (int shard = 0; shard < Math.max(1, shards); shard++) {
-                SearchRequest one = new SearchRequest(target).source(source);
+                SearchRequest one = new SearchRequest(indices(target)).source(source);
                 if (shards > 0) {
                     one.preference("_shards:" + shard);
                 }
