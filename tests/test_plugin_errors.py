@@ -126,6 +126,7 @@ def test_record_of_another_bundle(client: Any, setup: Any) -> None:
     ({"text": ""}, ["empty"]),
     ({"text": "   "}, ["empty"]),
     ({"text": "word " * 20_000}, ["100000 characters", "shorter"]),
+    ({"text": "\u200b\u200b"}, ["no tokens", "send words"]),
     ({"size": 3}, ["needs \"text\""]),
     ({"text": 42}, ["string"]),
     ({"text": "paris", "weights": {"dense": 0.9, "sparse": 0.9}}, ["sum to 1"]),
@@ -144,6 +145,7 @@ def test_record_of_another_bundle(client: Any, setup: Any) -> None:
     ({"text": "paris", "explain": "yes"}, ["true or false"]),
     ({"text": "paris", "filter": "group:a"}, ["query clause"]),
     ({"text": "paris", "filter": {"no_such_query": {}}}, ["filter"]),
+    ({"text": "paris", "filter": {"term": {"lr_dense": 1}}}, ["all shards failed"]),
     ({"text": "paris", "query": {"match_all": {}}}, ["unknown field", "valid fields"]),
 ])
 def test_bad_body(client: Any, setup: Any, body: Any, words: list[str]) -> None:

@@ -12,7 +12,16 @@ from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.plugin.load import load_plugin_model
+from lr_opensearch.plugin.artifact import plugin_parts
+from lr_opensearch.plugin.load import (
+    CHUNK_BYTES,
+    MODELS_INDEX,
+    chunks,
+    load_plugin_model,
+    node_load,
+    store_parts,
+    write_record,
+)
 from lr_opensearch.search import Retriever
 
 pytestmark = [pytest.mark.node, pytest.mark.matrix]
@@ -126,3 +135,26 @@ def test_node_restart_keeps_working(plugin_node: Any, tok: Any, tmp_path: Any) -
         assert_equal(client, bundle, index)
     finally:
         client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def test_chunks_at_the_limit() -> None:
+    assert [len(c) for c in chunks(bytes(CHUNK_BYTES))] == [CHUNK_BYTES]
+    assert [len(c) for c in chunks(bytes(CHUNK_BYTES + 1))] == [CHUNK_BYTES, 1]
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_part_at_the_chunk_size_loads(client: Any, tok: Any, tmp_path: Any,
+                                        cleanup: list[str], over: int) -> None:
+    """The largest part exactly one chunk (``over`` 0) or one byte more (two chunks, the
+    second of one byte): the node assembles it, checks it and searches with it."""
+    bundle = make(tmp_path, tok, 71 + over, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    parts = plugin_parts(bundle)
+    name, largest = max(parts.items(), key=lambda kv: len(kv[1]))
+    digest = store_parts(client, bundle.bundle_id, parts, chunk_bytes=len(largest) - over)
+    manifest = client.get(index=MODELS_INDEX, id=f"{bundle.bundle_id}/manifest")["_source"]
+    assert manifest["parts"][name]["chunks"] == 1 + over
+    node_load(client, bundle.bundle_id)
+    index = index_corpus(client, bundle, tok, seed=10 + over)
+    cleanup.append(index)
+    write_record(client, index, bundle, digest)
+    assert_equal(client, bundle, index, QUERIES[:2])

@@ -4,6 +4,10 @@ built from this checkout (tests/conftest.py ``plugin_node``)."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +15,7 @@ from plugin_support import QUERIES, index_corpus, plugin_search
 from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
+from lr_opensearch.cli import main as cli_main
 from lr_opensearch.plugin.load import load_plugin_model
 from lr_opensearch.search import Retriever
 
@@ -104,3 +109,40 @@ def test_explain_gives_each_legs_scores(client: Any, loaded: Any) -> None:
                     assert mine[key] is None, (name, key)
                 else:
                     assert abs(mine[key] - value) <= TOL, (name, key, mine[key], value)
+
+
+def _readme_block() -> list[str]:
+    """The README's plugin block, as commands (continuation lines joined)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "_lightretriever" in b]
+    assert len(blocks) == 1, f"README.md should show one curl of _lightretriever, not {len(blocks)}"
+    commands, current = [], ""
+    for line in blocks[0].splitlines():
+        current += line + "\n"
+        if current.count("'") % 2 == 0 and not line.endswith("\\"):
+            commands.append(current.strip())
+            current = ""
+    return commands
+
+
+def test_readme_commands_as_written(client: Any, loaded: Any, plugin_node: Any) -> None:
+    """The README's block, run as written (its node URL, index ``docs`` and bundle path
+    swapped for this node's, index and bundle): `lr plugin load`, then the curl, which
+    answers `lr search`'s top 10 and scores."""
+    bundle, index = loaded
+    start, load, curl = _readme_block()
+    assert start.split("#")[0].strip() == "lr node start --with-plugin"
+    assert load == "lr plugin load --bundle bundles/minilm --index docs"
+    argv = load.replace("bundles/minilm", str(bundle.path)).replace("--index docs",
+                                                                    f"--index {index}").split()
+    assert cli_main([*argv[1:], "--url", plugin_node.url]) == 0
+    command = curl.replace("http://127.0.0.1:9200/docs/", f"{plugin_node.url}/{index}/")
+    assert command != curl
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120,
+                         check=True)
+    answer = json.loads(run.stdout)
+    text = re.search(r'"text": "([^"]*)"', curl)
+    assert text, "the README's curl should send a text"
+    expected = Retriever(bundle, client, index, fusion="client").search(text.group(1))
+    assert len(answer["hits"]["hits"]) == len(expected) == 10
+    assert_same(expected, answer["hits"]["hits"])
