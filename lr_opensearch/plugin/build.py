@@ -32,13 +32,13 @@ from lr_opensearch.plugin.javac import PLUGIN_SRC
 
 logger = logging.getLogger(__name__)
 
-PLUGIN_NAME = "lightretriever"
+PLUGIN_NAME = "opensearch-lightretriever"  # as opensearch-knn, opensearch-neural-search
 PLUGIN_CLASS = "org.lightretriever.opensearch.LightRetrieverPlugin"
 DESCRIPTION = "LightRetriever hybrid search inside the node: text in, fused hits out"
 # the node client's package per engine major version (it moved in OpenSearch 3.0)
 CLIENT_PACKAGES = {3: "org.opensearch.transport.client.", 2: "org.opensearch.client."}
 VERSIONED_CLASS = "org/lightretriever/opensearch/Cluster.java"
-BUILD_FORMAT = "1"  # bump when the zip's layout changes
+BUILD_FORMAT = "2"  # bump when the zip's layout or the plugin's name changes
 
 
 @dataclass(frozen=True)

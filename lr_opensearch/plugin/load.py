@@ -33,6 +33,7 @@ from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.options import DEFAULT_CANDIDATES
+from lr_opensearch.plugin.build import PLUGIN_NAME
 from lr_opensearch.plugin.templates import leg_templates
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def plugin_status(client: Any) -> dict[str, Any]:
     """The plugin as the cluster sees it: the nodes that have it, the bundles stored, the
     models the answering node holds."""
     rows = _call("reading _cat/plugins", client.cat.plugins, format="json")
-    nodes = sorted({r["name"] for r in rows if r.get("component") == "lightretriever"})
+    nodes = sorted({r["name"] for r in rows if r.get("component") == PLUGIN_NAME})
     stored: list[dict[str, Any]] = []
     if _call(f"checking {MODELS_INDEX}", client.indices.exists, index=MODELS_INDEX):
         resp = _call(f"reading {MODELS_INDEX}", client.search, index=MODELS_INDEX, body={
