@@ -341,3 +341,9 @@ def plugin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     finally:
         if not where:
             node.stop()
+
+
+@pytest.fixture(scope="session")
+def plugin_client(plugin_node: Any) -> Any:
+    """A client of ``plugin_node`` (the same after a restart: same URL)."""
+    return plugin_node.client()

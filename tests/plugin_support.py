@@ -96,6 +96,24 @@ def index_corpus(client: Any, bundle: Any, tokenizer: Any, *, seed: int = 7,
     return index
 
 
+THREE_LEGS = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4}
+
+
+def loaded_corpus(client: Any, root: Path, *, seed: int, doc_seed: int) -> tuple[Any, str, Any]:
+    """(bundle, index, tokenizer): a tiny bundle of three legs (``seed``), an index of it
+    (``doc_seed``), the bundle loaded into the cluster with the index's plugin record."""
+    from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
+
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.plugin.load import load_plugin_model
+
+    tok = wordpiece_tokenizer(padding=False)
+    bundle = load_bundle(tiny_bundle(root / "bundle", tok, seed=seed, weights=THREE_LEGS))
+    index = index_corpus(client, bundle, tok, seed=doc_seed)
+    load_plugin_model(client, bundle, index)
+    return bundle, index, tok
+
+
 def plugin_search(client: Any, index: str, body: Any, method: str = "POST") -> tuple[int, Any]:
     """(HTTP status, JSON answer) of ``<method> /<index>/_lightretriever``."""
     from opensearchpy.exceptions import TransportError

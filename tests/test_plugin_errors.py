@@ -9,8 +9,8 @@ import threading
 from typing import Any
 
 import pytest
-from plugin_support import index_corpus, plugin_search
-from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
+from plugin_support import index_corpus, loaded_corpus, plugin_search
+from tiny_artifacts import tiny_bundle
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
@@ -28,19 +28,15 @@ MAX_BYTES = "lightretriever.model_cache.max_bytes"
 
 
 @pytest.fixture(scope="module")
-def client(plugin_node: Any) -> Any:
-    return plugin_node.client()
+def client(plugin_client: Any) -> Any:
+    return plugin_client
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory, client: Any) -> Any:
     """(bundle, index loaded for it, tokenizer, temporary directory)."""
-    tok = wordpiece_tokenizer(padding=False)
     root = tmp_path_factory.mktemp("errors")
-    bundle = load_bundle(tiny_bundle(root / "bundle", tok, seed=11,
-                                     weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4}))
-    index = index_corpus(client, bundle, tok, seed=5)
-    load_plugin_model(client, bundle, index)
+    bundle, index, tok = loaded_corpus(client, root, seed=11, doc_seed=5)
     yield bundle, index, tok, root
     client.indices.delete(index=index, ignore_unavailable=True)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from plugin_support import QUERIES, index_corpus, plugin_search
+from plugin_support import QUERIES, THREE_LEGS, index_corpus, plugin_search
 from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
@@ -30,8 +30,8 @@ TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def client(plugin_node: Any) -> Any:
-    return plugin_node.client()
+def client(plugin_client: Any) -> Any:
+    return plugin_client
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def assert_equal(client: Any, bundle: Any, target: str, texts: list[str] = QUERI
 
 
 def test_two_bundles_for_two_indices(client: Any, tok: Any, tmp_path: Any, cleanup: list[str]) -> None:
-    first = make(tmp_path, tok, 21, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    first = make(tmp_path, tok, 21, weights=THREE_LEGS)
     second = make(tmp_path, tok, 22, dense_dim=8, weights={"dense": 0.6, "sparse": 0.4})
     a = index_corpus(client, first, tok, seed=1)
     b = index_corpus(client, second, tok, seed=2)
@@ -95,7 +95,7 @@ def test_new_bundle_for_the_same_index(client: Any, tok: Any, tmp_path: Any,
 
 
 def test_alias_and_list_targets(client: Any, tok: Any, tmp_path: Any, cleanup: list[str]) -> None:
-    bundle = make(tmp_path, tok, 41, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    bundle = make(tmp_path, tok, 41, weights=THREE_LEGS)
     a = index_corpus(client, bundle, tok, seed=5)
     b = index_corpus(client, bundle, tok, seed=6)
     other = index_corpus(client, make(tmp_path, tok, 42), tok, seed=7)
@@ -112,7 +112,7 @@ def test_alias_and_list_targets(client: Any, tok: Any, tmp_path: Any, cleanup: l
 def test_sharded_index(client: Any, tok: Any, tmp_path: Any, cleanup: list[str]) -> None:
     """Each leg is searched per shard and the shards' lists merged, as lr search does for
     the opensearch semantics on a multi-shard index."""
-    bundle = make(tmp_path, tok, 51, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    bundle = make(tmp_path, tok, 51, weights=THREE_LEGS)
     index = f"lr-test-plugin-sharded-{tmp_path.name[-6:].lower()}"
     OpenSearchAdapter(client).create_index(index, bundle, shards=3)
     cleanup.append(index)
@@ -123,7 +123,7 @@ def test_sharded_index(client: Any, tok: Any, tmp_path: Any, cleanup: list[str])
 
 def test_node_restart_keeps_working(plugin_node: Any, tok: Any, tmp_path: Any) -> None:
     client = plugin_node.client()
-    bundle = make(tmp_path, tok, 61, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    bundle = make(tmp_path, tok, 61, weights=THREE_LEGS)
     index = index_corpus(client, bundle, tok, seed=9)
     try:
         load_plugin_model(client, bundle, index)
@@ -147,7 +147,7 @@ def test_a_part_at_the_chunk_size_loads(client: Any, tok: Any, tmp_path: Any,
                                         cleanup: list[str], over: int) -> None:
     """The largest part exactly one chunk (``over`` 0) or one byte more (two chunks, the
     second of one byte): the node assembles it, checks it and searches with it."""
-    bundle = make(tmp_path, tok, 71 + over, weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
+    bundle = make(tmp_path, tok, 71 + over, weights=THREE_LEGS)
     parts = plugin_parts(bundle)
     name, largest = max(parts.items(), key=lambda kv: len(kv[1]))
     digest = store_parts(client, bundle.bundle_id, parts, chunk_bytes=len(largest) - over)

@@ -11,33 +11,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_support import QUERIES, index_corpus, plugin_search
-from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
+from plugin_support import QUERIES, loaded_corpus, plugin_search
 
-from lr_opensearch.bundle import load_bundle
 from lr_opensearch.cli import main as cli_main
-from lr_opensearch.plugin.load import load_plugin_model
 from lr_opensearch.search import Retriever
 
 pytestmark = [pytest.mark.node, pytest.mark.matrix]
 
-WEIGHTS = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4}
 TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def client(plugin_node: Any) -> Any:
-    return plugin_node.client()
+def client(plugin_client: Any) -> Any:
+    return plugin_client
 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory, client: Any) -> Any:
     """(bundle, index) with the bundle loaded into the cluster and the index's record."""
-    tok = wordpiece_tokenizer(padding=False)
-    bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3,
-                                     weights=WEIGHTS))
-    index = index_corpus(client, bundle, tok)
-    load_plugin_model(client, bundle, index)
+    bundle, index, _ = loaded_corpus(client, tmp_path_factory.mktemp("b"), seed=3, doc_seed=7)
     yield bundle, index
     client.indices.delete(index=index, ignore_unavailable=True)
 
