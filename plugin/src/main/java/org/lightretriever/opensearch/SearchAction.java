@@ -64,7 +64,8 @@ final class SearchAction {
     }
 
     void run(ActionListener<Map<String, Object>> listener) {
-        GetIndexRequest request = new GetIndexRequest().indices(indices(target))
+        // local: this node's cluster state, no hop to the cluster manager on every search
+        GetIndexRequest request = new GetIndexRequest().indices(indices(target)).local(true)
             .features(GetIndexRequest.Feature.MAPPINGS, GetIndexRequest.Feature.SETTINGS);
         cluster.getIndex(request, ActionListener.wrap(response -> {
             IndexRecord record = IndexRecord.of(target, response);
