@@ -77,6 +77,10 @@ def test_legs_fuse_in_sub_query_order(client: Any, loaded: Any) -> None:
     {"mode": "dense"}, {"mode": "sparse", "k": 5}, {"mode": "bm25"},
     {"from_": 5, "k": 7}, {"candidates": 3, "k": 10},
     {"filter": {"term": {"metadata.group": "b"}}},
+    {"normalization": "l2"}, {"combination": "rrf"}, {"combination": "rrf", "rank_constant": 5},
+    {"combination": "geometric_mean"}, {"combination": "harmonic_mean"},
+    {"semantics": "linear"}, {"semantics": "linear", "combination": "rrf"},
+    {"semantics": "linear", "normalization": "l2", "weights": {"dense": 1.0, "sparse": 0.5}},
     {"filter": [{"term": {"metadata.group": "a"}}, {"exists": {"field": "title"}}],
      "weights": {"dense": 0.5, "bm25": 0.5}},
 ])

@@ -32,7 +32,7 @@ from lr_opensearch.engine.results import status_of
 from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError, EngineError
-from lr_opensearch.options import DEFAULT_CANDIDATES
+from lr_opensearch.options import COMBINATIONS, DEFAULT_CANDIDATES, NORMALIZATIONS, SEMANTICS
 from lr_opensearch.plugin.build import PLUGIN_NAME
 from lr_opensearch.plugin.templates import leg_templates
 
@@ -157,6 +157,8 @@ def index_record(adapter: Any, bundle: Any, digest: str, *, candidates: int) -> 
             "combination": "arithmetic_mean", "rank_constant": 60, "candidates": int(candidates),
             "text_query_max_terms": TEXT_QUERY_MAX_TERMS, "dense_field": adapter.dense_field,
             "sparse_field": adapter.sparse_field, "legs": legs, "leg_order": list(legs),
+            "choices": {"semantics": list(SEMANTICS), "normalization": list(NORMALIZATIONS),
+                        "combination": list(COMBINATIONS)},
             "loaded_at": int(time.time())}
 
 

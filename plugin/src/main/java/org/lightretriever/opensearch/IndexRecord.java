@@ -35,6 +35,7 @@ final class IndexRecord {
     final String sparseField;
     final Map<String, Map<String, Object>> legs; // leg -> {input, score, bodies}, in leg_order
     final int shards;
+    final Map<String, List<String>> choices; // option -> its valid values (lr_opensearch.options)
 
     @SuppressWarnings("unchecked")
     private IndexRecord(String target, Map<String, Object> rec, int shards) {
@@ -57,6 +58,17 @@ final class IndexRecord {
         // a mapping's _meta comes back with its objects' keys in no set order: the leg order
         // (the sub-query order lr search fuses in, float32 sums included) is a list
         Map<String, Map<String, Object>> byName = (Map<String, Map<String, Object>>) (Map<String, ?>) rec.get("legs");
+        choices = new LinkedHashMap<>();
+        Object given = rec.get("choices");
+        if (given instanceof Map) {
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) given).entrySet()) {
+                List<String> values = new ArrayList<>();
+                for (Object v : (List<Object>) e.getValue()) {
+                    values.add(String.valueOf(v));
+                }
+                choices.put(e.getKey(), values);
+            }
+        }
         legs = new LinkedHashMap<>();
         for (Object name : (List<Object>) rec.get("leg_order")) {
             legs.put(String.valueOf(name), byName.get(String.valueOf(name)));

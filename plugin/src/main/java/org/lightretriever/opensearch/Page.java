@@ -52,7 +52,7 @@ final class Page {
         int total;
         if (plan.hybrid) {
             List<List<Fusion.LegHit>> lists = new ArrayList<>();
-            boolean linear = "linear".equals(record.semantics);
+            boolean linear = "linear".equals(plan.semantics);
             for (int j = 0; j < perLeg.size(); j++) {
                 String leg = plan.legs.get(j);
                 boolean transform = linear && Boolean.TRUE.equals(record.legs.get(leg).get("linear_reads_score"));
@@ -65,8 +65,8 @@ final class Page {
                 }
                 lists.add(list);
             }
-            List<Fusion.Row> rows = Fusion.fuse(lists, plan.weights, record.semantics, record.normalization,
-                record.combination, record.rankConstant);
+            List<Fusion.Row> rows = Fusion.fuse(lists, plan.weights, plan.semantics, plan.normalization,
+                plan.combination, plan.rankConstant);
             total = rows.size();
             Map<String, Map<String, Double>> engine = engineScores(perLeg);
             for (Fusion.Row row : rows.subList(Math.min(body.from, rows.size()), Math.min(body.from + body.size, rows.size()))) {

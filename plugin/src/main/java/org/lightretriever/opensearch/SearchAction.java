@@ -95,7 +95,7 @@ final class SearchAction {
         int pageEnd = body.from + body.size;
         int k = Math.max(plan.candidates, pageEnd);
         int size = plan.hybrid ? k : pageEnd;
-        int shards = plan.hybrid && "opensearch".equals(record.semantics) && record.shards > 1 ? record.shards : 0;
+        int shards = plan.hybrid && "opensearch".equals(plan.semantics) && record.shards > 1 ? record.shards : 0;
         MultiSearchRequest msearch = new MultiSearchRequest();
         for (String leg : plan.legs) {
             Map<String, Object> legBody = LegBodies.body(record.legs.get(leg), query, body.text, size, k, body.filter,
@@ -157,9 +157,13 @@ final class SearchAction {
         return out;
     }
 
-    /** What to search: the legs (sub-query order), their weights, the candidates. */
+    /** What to search: the legs (sub-query order), their weights, the candidates, the fusion. */
     static final class Plan {
         final boolean hybrid;
+        final String semantics;
+        final String normalization;
+        final String combination;
+        final int rankConstant;
         final List<String> legs = new ArrayList<>();
         final double[] weights;
         final int candidates;
@@ -168,6 +172,14 @@ final class SearchAction {
         private Plan(IndexRecord record, SearchBody body) {
             hybrid = SearchBody.HYBRID.equals(body.mode);
             candidates = body.candidates != null ? body.candidates : record.candidates;
+            semantics = choice(record, "semantics", body.semantics, record.semantics);
+            normalization = choice(record, "normalization", body.normalization, record.normalization);
+            combination = choice(record, "combination", body.combination, record.combination);
+            rankConstant = body.rankConstant != null ? body.rankConstant : record.rankConstant;
+            if ("linear".equals(semantics) && ("geometric_mean".equals(combination) || "harmonic_mean".equals(combination))) {
+                throw LrError.badRequest("semantics 'linear' is a weighted sum; combination must be 'arithmetic_mean' or "
+                    + "'rrf', got '" + combination + "' (use semantics 'opensearch' for " + combination + ")");
+            }
             if (!hybrid) {
                 if (!record.legs.containsKey(body.mode)) {
                     throw LrError.badRequest("mode " + IndexRecord.quote(body.mode) + " is not a search mode of this index; "
@@ -184,7 +196,7 @@ final class SearchAction {
                         + String.join(", ", record.legs.keySet()));
                 }
             }
-            Weights.check(given, record.semantics);
+            Weights.check(given, semantics);
             List<Double> ws = new ArrayList<>();
             for (String name : record.legs.keySet()) {
                 double w = given.getOrDefault(name, 0.0);
@@ -199,6 +211,17 @@ final class SearchAction {
 
         static Plan of(IndexRecord record, SearchBody body) {
             return new Plan(record, body);
+        }
+
+        /** ``given`` (null: ``fallback``) if it is one of the record's valid values of ``name``. */
+        private static String choice(IndexRecord record, String name, String given, String fallback) {
+            String value = given != null ? given : fallback;
+            List<String> valid = record.choices.get(name);
+            if (valid != null && !valid.contains(value)) {
+                throw LrError.badRequest("unknown " + name + " " + IndexRecord.quote(value) + "; valid: "
+                    + String.join(", ", valid));
+            }
+            return value;
         }
     }
 }

@@ -15,7 +15,8 @@ import java.util.TreeSet;
  */
 final class SearchBody {
     static final List<String> FIELDS = Arrays.asList(
-        "text", "size", "from", "weights", "mode", "candidates", "filter", "explain");
+        "text", "size", "from", "weights", "mode", "candidates", "filter", "explain", "semantics", "normalization",
+        "combination", "rank_constant");
     static final String HYBRID = "hybrid";
     /** The most hits a search may ask the engine for (index.max_result_window, knn k). */
     static final int MAX_RESULT_WINDOW = 10_000;
@@ -29,6 +30,10 @@ final class SearchBody {
     final Integer candidates; // null: the index record's
     final List<Map<String, Object>> filter; // empty: none
     final boolean explain;
+    final String semantics; // null: the record's (as the normalization and combination)
+    final String normalization;
+    final String combination;
+    final Integer rankConstant;
 
     private SearchBody(Map<String, Object> body) {
         TreeSet<String> unknown = new TreeSet<>(body.keySet());
@@ -73,6 +78,21 @@ final class SearchBody {
             throw LrError.badRequest("\"explain\" must be true or false, got " + describe(e));
         }
         explain = (Boolean) e;
+        semantics = string(body, "semantics");
+        normalization = string(body, "normalization");
+        combination = string(body, "combination");
+        rankConstant = body.containsKey("rank_constant") ? integer(body, "rank_constant", 0, 1) : null;
+        if (rankConstant != null && rankConstant > 10_000) {
+            throw LrError.badRequest("\"rank_constant\" must be an integer in [1, 10000], got " + rankConstant);
+        }
+    }
+
+    private static String string(Map<String, Object> body, String name) {
+        Object v = body.get(name);
+        if (v != null && !(v instanceof String)) {
+            throw LrError.badRequest("\"" + name + "\" must be a string, got " + describe(v));
+        }
+        return (String) v;
     }
 
     static SearchBody parse(Map<String, Object> body) {
