@@ -97,6 +97,15 @@ def index_corpus(client: Any, bundle: Any, tokenizer: Any, *, seed: int = 7,
 
 
 THREE_LEGS = {"dense": 0.4, "sparse": 0.2, "bm25": 0.4}
+TOL = 1e-5  # the plugin's scores against lr search's
+
+
+def assert_same(expected: list[Any], got: list[Any]) -> None:
+    """The plugin's hits (JSON) are ``lr search``'s (``Hit``s): same documents in the same
+    order, scores within :data:`TOL`."""
+    assert [(h["_index"], h["_id"]) for h in got] == [(h.index, h.doc_id) for h in expected]
+    for e, g in zip(expected, got, strict=True):
+        assert abs(g["_score"] - e.score) <= TOL, (e.doc_id, e.score, g["_score"])
 
 
 def loaded_corpus(client: Any, root: Path, *, seed: int, doc_seed: int) -> tuple[Any, str, Any]:

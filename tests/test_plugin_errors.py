@@ -27,25 +27,21 @@ pytestmark = [pytest.mark.node, pytest.mark.matrix]
 MAX_BYTES = "lightretriever.model_cache.max_bytes"
 
 
-@pytest.fixture(scope="module")
-def client(plugin_client: Any) -> Any:
-    return plugin_client
-
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory, client: Any) -> Any:
+def setup(tmp_path_factory: pytest.TempPathFactory, plugin_client: Any) -> Any:
     """(bundle, index loaded for it, tokenizer, temporary directory)."""
     root = tmp_path_factory.mktemp("errors")
-    bundle, index, tok = loaded_corpus(client, root, seed=11, doc_seed=5)
+    bundle, index, tok = loaded_corpus(plugin_client, root, seed=11, doc_seed=5)
     yield bundle, index, tok, root
-    client.indices.delete(index=index, ignore_unavailable=True)
+    plugin_client.indices.delete(index=index, ignore_unavailable=True)
 
 
-def refused(client: Any, index: str, body: Any, status: int, *words: str,
+def refused(plugin_client: Any, index: str, body: Any, status: int, *words: str,
             method: str = "POST") -> dict[str, Any]:
     """The plugin's answer to ``body``: HTTP ``status``, the engine's error shape, a reason
     holding ``words``, no stack trace; then a good search still answers."""
-    got, answer = plugin_search(client, index, body, method)
+    got, answer = plugin_search(plugin_client, index, body, method)
     assert got == status, answer
     assert isinstance(answer, dict) and answer["status"] == status, answer
     error = answer["error"]
@@ -56,66 +52,66 @@ def refused(client: Any, index: str, body: Any, status: int, *words: str,
     return error
 
 
-def still_serves(client: Any, index: str) -> None:
-    status, answer = plugin_search(client, index, {"text": "paris tower"})
+def still_serves(plugin_client: Any, index: str) -> None:
+    status, answer = plugin_search(plugin_client, index, {"text": "paris tower"})
     assert status == 200 and answer["hits"]["hits"], answer
 
 
-def test_unknown_index(client: Any, setup: Any) -> None:
-    refused(client, "no-such-index-xyz", {"text": "paris"}, 404, "does not exist",
+def test_unknown_index(plugin_client: Any, setup: Any) -> None:
+    refused(plugin_client, "no-such-index-xyz", {"text": "paris"}, 404, "does not exist",
             "lr index create")
-    still_serves(client, setup[1])
+    still_serves(plugin_client, setup[1])
 
 
-def test_index_without_lightretriever_meta(client: Any, setup: Any, index_name_plain: str) -> None:
-    refused(client, index_name_plain, {"text": "paris"}, 400, "_meta.lightretriever",
+def test_index_without_lightretriever_meta(plugin_client: Any, setup: Any, index_name_plain: str) -> None:
+    refused(plugin_client, index_name_plain, {"text": "paris"}, 400, "_meta.lightretriever",
             "lr index create")
 
 
 @pytest.fixture
-def index_name_plain(client: Any) -> Any:
+def index_name_plain(plugin_client: Any) -> Any:
     name = "lr-test-plugin-plain"
-    client.indices.create(index=name, body={"mappings": {"properties": {"text": {"type": "text"}}}})
+    plugin_client.indices.create(index=name, body={"mappings": {"properties": {"text": {"type": "text"}}}})
     yield name
-    client.indices.delete(index=name, ignore_unavailable=True)
+    plugin_client.indices.delete(index=name, ignore_unavailable=True)
 
 
-def test_index_without_plugin_record(client: Any, setup: Any) -> None:
+def test_index_without_plugin_record(plugin_client: Any, setup: Any) -> None:
     bundle, _, tok, _ = setup
-    index = index_corpus(client, bundle, tok, seed=1)
+    index = index_corpus(plugin_client, bundle, tok, seed=1)
     try:
-        refused(client, index, {"text": "paris"}, 409, "lr plugin load", index)
+        refused(plugin_client, index, {"text": "paris"}, 409, "lr plugin load", index)
     finally:
-        client.indices.delete(index=index)
+        plugin_client.indices.delete(index=index)
 
 
-def test_bundle_not_loaded(client: Any, setup: Any) -> None:
+def test_bundle_not_loaded(plugin_client: Any, setup: Any) -> None:
     _, _, tok, root = setup
     other = load_bundle(tiny_bundle(root / "other", tok, seed=12))
-    index = index_corpus(client, other, tok, seed=2)
+    index = index_corpus(plugin_client, other, tok, seed=2)
     try:
-        write_record(client, index, other, "0" * 64)  # a record, but no model in the store
-        delete_stored(client, str(other.bundle_id))
-        refused(client, index, {"text": "paris"}, 409, other.bundle_id, "not loaded",
+        write_record(plugin_client, index, other, "0" * 64)  # a record, but no model in the store
+        delete_stored(plugin_client, str(other.bundle_id))
+        refused(plugin_client, index, {"text": "paris"}, 409, other.bundle_id, "not loaded",
                 "lr plugin load")
     finally:
-        client.indices.delete(index=index)
-    still_serves(client, setup[1])
+        plugin_client.indices.delete(index=index)
+    still_serves(plugin_client, setup[1])
 
 
-def test_record_of_another_bundle(client: Any, setup: Any) -> None:
+def test_record_of_another_bundle(plugin_client: Any, setup: Any) -> None:
     bundle, _, tok, _ = setup
-    index = index_corpus(client, bundle, tok, seed=3)
+    index = index_corpus(plugin_client, bundle, tok, seed=3)
     try:
-        write_record(client, index, bundle, "0" * 64)
-        adapter = OpenSearchAdapter(client)
+        write_record(plugin_client, index, bundle, "0" * 64)
+        adapter = OpenSearchAdapter(plugin_client)
         meta = adapter.index_mapping(index)["_meta"]
         meta["lightretriever"]["plugin"]["bundle_id"] = "another-bundle"
         adapter.put_index_meta(index, meta)
-        refused(client, index, {"text": "paris"}, 409, "another-bundle", bundle.bundle_id,
+        refused(plugin_client, index, {"text": "paris"}, 409, "another-bundle", bundle.bundle_id,
                 "lr plugin load")
     finally:
-        client.indices.delete(index=index)
+        plugin_client.indices.delete(index=index)
 
 
 @pytest.mark.parametrize(("body", "words"), [
@@ -148,53 +144,53 @@ def test_record_of_another_bundle(client: Any, setup: Any) -> None:
     ({"text": "paris", "filter": {"term": {"lr_dense": 1}}}, ["all shards failed"]),
     ({"text": "paris", "query": {"match_all": {}}}, ["unknown field", "valid fields"]),
 ])
-def test_bad_body(client: Any, setup: Any, body: Any, words: list[str]) -> None:
-    refused(client, setup[1], body, 400, *words)
-    still_serves(client, setup[1])
+def test_bad_body(plugin_client: Any, setup: Any, body: Any, words: list[str]) -> None:
+    refused(plugin_client, setup[1], body, 400, *words)
+    still_serves(plugin_client, setup[1])
 
 
 @pytest.mark.parametrize("raw", ["not json", "[1, 2]", "{\"text\": \"paris\""])
-def test_malformed_body(client: Any, setup: Any, raw: str) -> None:
-    refused(client, setup[1], raw, 400, "JSON object")
+def test_malformed_body(plugin_client: Any, setup: Any, raw: str) -> None:
+    refused(plugin_client, setup[1], raw, 400, "JSON object")
 
 
-def test_get_with_a_body(client: Any, setup: Any) -> None:
-    status, answer = plugin_search(client, setup[1], {"text": "paris tower"}, method="GET")
+def test_get_with_a_body(plugin_client: Any, setup: Any) -> None:
+    status, answer = plugin_search(plugin_client, setup[1], {"text": "paris tower"}, method="GET")
     assert status == 200 and answer["hits"]["hits"]
 
 
-def test_model_over_the_memory_bound_is_refused_at_load(client: Any, setup: Any) -> None:
+def test_model_over_the_memory_bound_is_refused_at_load(plugin_client: Any, setup: Any) -> None:
     bundle, index, _, _ = setup
-    client.cluster.put_settings(body={"transient": {MAX_BYTES: 1000}})
+    plugin_client.cluster.put_settings(body={"transient": {MAX_BYTES: 1000}})
     try:
         with pytest.raises(ConfigError, match=MAX_BYTES) as caught:
-            load_plugin_model(client, bundle, index)
+            load_plugin_model(plugin_client, bundle, index)
         assert "raise it" in str(caught.value)
-        assert not client.exists(index=MODELS_INDEX, id=f"{bundle.bundle_id}/manifest")
+        assert not plugin_client.exists(index=MODELS_INDEX, id=f"{bundle.bundle_id}/manifest")
     finally:
-        client.cluster.put_settings(body={"transient": {MAX_BYTES: None}})
-    load_plugin_model(client, bundle, index)
-    still_serves(client, index)
+        plugin_client.cluster.put_settings(body={"transient": {MAX_BYTES: None}})
+    load_plugin_model(plugin_client, bundle, index)
+    still_serves(plugin_client, index)
 
 
-def test_load_while_searching_serves_whole_models(client: Any, setup: Any) -> None:
+def test_load_while_searching_serves_whole_models(plugin_client: Any, setup: Any) -> None:
     bundle, index, _, _ = setup
     body = {"text": "boundary layer heat transfer", "explain": True}
-    status, first = plugin_search(client, index, body)
+    status, first = plugin_search(plugin_client, index, body)
     assert status == 200
     answers: list[Any] = []
     stop = threading.Event()
 
     def search() -> None:
         while not stop.is_set():
-            answers.append(plugin_search(client, index, body))
+            answers.append(plugin_search(plugin_client, index, body))
 
     threads = [threading.Thread(target=search) for _ in range(2)]
     for t in threads:
         t.start()
     try:
         for _ in range(3):
-            load_plugin_model(client, bundle, index)
+            load_plugin_model(plugin_client, bundle, index)
     finally:
         stop.set()
         for t in threads:

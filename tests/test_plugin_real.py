@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from incluster_support import read_jsonl
 from ingest_support import REPO, data_dir
-from plugin_support import plugin_search
+from plugin_support import TOL, plugin_search
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.plugin.load import load_plugin_model
@@ -24,7 +24,6 @@ from lr_opensearch.search import Retriever
 pytestmark = [pytest.mark.slow, pytest.mark.node]
 
 ADI = data_dir() / "adi"
-TOL = 1e-5
 
 
 def _test_queries() -> list[str]:

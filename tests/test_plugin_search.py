@@ -11,62 +11,50 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_support import QUERIES, loaded_corpus, plugin_search
+from plugin_support import QUERIES, TOL, assert_same, loaded_corpus, plugin_search
 
 from lr_opensearch.cli import main as cli_main
 from lr_opensearch.search import Retriever
 
 pytestmark = [pytest.mark.node, pytest.mark.matrix]
 
-TOL = 1e-5
 
-
-@pytest.fixture(scope="module")
-def client(plugin_client: Any) -> Any:
-    return plugin_client
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory, client: Any) -> Any:
+def loaded(tmp_path_factory: pytest.TempPathFactory, plugin_client: Any) -> Any:
     """(bundle, index) with the bundle loaded into the cluster and the index's record."""
-    bundle, index, _ = loaded_corpus(client, tmp_path_factory.mktemp("b"), seed=3, doc_seed=7)
+    bundle, index, _ = loaded_corpus(plugin_client, tmp_path_factory.mktemp("b"), seed=3, doc_seed=7)
     yield bundle, index
-    client.indices.delete(index=index, ignore_unavailable=True)
+    plugin_client.indices.delete(index=index, ignore_unavailable=True)
 
 
-def both(client: Any, loaded: Any, text: str, **options: Any) -> tuple[list[Any], list[Any]]:
+def both(plugin_client: Any, loaded: Any, text: str, **options: Any) -> tuple[list[Any], list[Any]]:
     """(lr search's hits, the plugin's hits) for one text and the same options."""
     bundle, index = loaded
-    retriever = Retriever(bundle, client, index, fusion="client")
+    retriever = Retriever(bundle, plugin_client, index, fusion="client")
     body: dict[str, Any] = {"text": text}
     names = {"k": "size", "from_": "from"}
     body.update({names.get(key, key): v for key, v in options.items()})
     hits = retriever.search(text, **options)
-    status, answer = plugin_search(client, index, body)
+    status, answer = plugin_search(plugin_client, index, body)
     assert status == 200, answer
     return hits, answer["hits"]["hits"]
 
 
-def assert_same(expected: list[Any], got: list[Any]) -> None:
-    assert [h["_id"] for h in got] == [h.doc_id for h in expected]
-    for e, g in zip(expected, got, strict=True):
-        assert abs(g["_score"] - e.score) <= TOL, (e.doc_id, e.score, g["_score"])
-        assert g["_index"] == e.index
-
-
 @pytest.mark.parametrize("text", QUERIES)
-def test_hybrid_equals_lr_search(client: Any, loaded: Any, text: str) -> None:
-    expected, got = both(client, loaded, text)
+def test_hybrid_equals_lr_search(plugin_client: Any, loaded: Any, text: str) -> None:
+    expected, got = both(plugin_client, loaded, text)
     assert len(expected) == 10
     assert_same(expected, got)
     assert all("lr_dense" not in h["_source"] and "lr_sparse" not in h["_source"] for h in got)
     assert [h["_source"] for h in got] == [h.source for h in expected]
 
 
-def test_legs_fuse_in_sub_query_order(client: Any, loaded: Any) -> None:
+def test_legs_fuse_in_sub_query_order(plugin_client: Any, loaded: Any) -> None:
     """The float32 sums of the fusion follow the legs' order, which the record keeps as a
     list (a mapping's _meta object comes back in no set order)."""
-    status, answer = plugin_search(client, loaded[1], {"text": QUERIES[0]})
+    status, answer = plugin_search(plugin_client, loaded[1], {"text": QUERIES[0]})
     assert status == 200
     assert answer["lightretriever"]["legs"] == ["dense", "sparse", "bm25"]
 
@@ -84,15 +72,15 @@ def test_legs_fuse_in_sub_query_order(client: Any, loaded: Any) -> None:
     {"filter": [{"term": {"metadata.group": "a"}}, {"exists": {"field": "title"}}],
      "weights": {"dense": 0.5, "bm25": 0.5}},
 ])
-def test_options_equal_lr_search(client: Any, loaded: Any, options: dict[str, Any]) -> None:
+def test_options_equal_lr_search(plugin_client: Any, loaded: Any, options: dict[str, Any]) -> None:
     for text in QUERIES[:3]:
-        expected, got = both(client, loaded, text, **options)
+        expected, got = both(plugin_client, loaded, text, **options)
         assert expected, options
         assert_same(expected, got)
 
 
-def test_explain_gives_each_legs_scores(client: Any, loaded: Any) -> None:
-    expected, got = both(client, loaded, QUERIES[0], explain=True)
+def test_explain_gives_each_legs_scores(plugin_client: Any, loaded: Any) -> None:
+    expected, got = both(plugin_client, loaded, QUERIES[0], explain=True)
     assert_same(expected, got)
     for e, g in zip(expected, got, strict=True):
         legs = g["_explanation"]["legs"]
@@ -121,7 +109,7 @@ def _readme_block() -> list[str]:
     return commands
 
 
-def test_readme_commands_as_written(client: Any, loaded: Any, plugin_node: Any) -> None:
+def test_readme_commands_as_written(plugin_client: Any, loaded: Any, plugin_node: Any) -> None:
     """The README's block, run as written (its node URL, index ``docs`` and bundle path
     swapped for this node's, index and bundle): `lr plugin load`, then the curl, which
     answers `lr search`'s top 10 and scores."""
@@ -139,6 +127,6 @@ def test_readme_commands_as_written(client: Any, loaded: Any, plugin_node: Any) 
     answer = json.loads(run.stdout)
     text = re.search(r'"text": "([^"]*)"', curl)
     assert text, "the README's curl should send a text"
-    expected = Retriever(bundle, client, index, fusion="client").search(text.group(1))
+    expected = Retriever(bundle, plugin_client, index, fusion="client").search(text.group(1))
     assert len(answer["hits"]["hits"]) == len(expected) == 10
     assert_same(expected, answer["hits"]["hits"])
