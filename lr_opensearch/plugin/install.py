@@ -5,7 +5,8 @@ the engine's own ``bin/opensearch-plugin install --batch file:///...zip``), or t
 The local node with the plugin is its own installation beside the lean one, which stays as
 it is (other nodes and test sessions run from it): ``<cache>/plugin-nodes/<lean home>-<zip
 digest>``, the lean home's files hard-linked (no copy of the 400 MB) and the plugin installed
-into it. A new build of the plugin is a new directory; ones no process runs from are removed.
+into it. A new build of the plugin is a new directory; other builds' homes that no process runs
+from and that are a day old are removed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lr_opensearch.plugin.build import PLUGIN_NAME, PluginBuild, build_plugin
 logger = logging.getLogger(__name__)
 
 PLUGIN_MARKER = ".lr-plugin.json"
+PRUNE_AFTER_S = 24 * 3600  # another build's home is removed when unused and this old
 
 
 def install_into(home: Path | str, build: PluginBuild, inst: Installation) -> None:
@@ -48,6 +50,17 @@ def install_into(home: Path | str, build: PluginBuild, inst: Installation) -> No
 
 def _link_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
+
+
+def _prune(root: Path, prefix: str, keep: Path) -> None:
+    """Remove the other builds' homes of ``prefix`` that no process runs from and that were
+    made more than :data:`PRUNE_AFTER_S` ago (another checkout's test session may have made
+    one a moment ago and not started it yet)."""
+    for other in root.glob(f"{prefix}-*"):
+        marker = other / PLUGIN_MARKER
+        old = marker.is_file() and time.time() - marker.stat().st_mtime > PRUNE_AFTER_S
+        if other != keep and old and not _in_use(other):
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def plugin_installation(cache: Path | str | None = None, *, version: str | None = None) -> Installation:
@@ -73,7 +86,5 @@ def plugin_installation(cache: Path | str | None = None, *, version: str | None 
                 shutil.rmtree(staging, ignore_errors=True)
             logger.info("installed the LightRetriever plugin into %s (%.0f s)", home,
                         time.monotonic() - started)
-        for other in root.glob(f"{base.home.name}-*"):
-            if other != home and not _in_use(other):
-                shutil.rmtree(other, ignore_errors=True)
+        _prune(root, base.home.name, keep=home)
     return Installation(home, base.lock, base.java)
