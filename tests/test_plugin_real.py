@@ -21,7 +21,8 @@ from lr_opensearch.bundle import load_bundle
 from lr_opensearch.plugin.load import load_plugin_model
 from lr_opensearch.search import Retriever
 
-pytestmark = [pytest.mark.slow, pytest.mark.node]
+pytestmark = [pytest.mark.slow, pytest.mark.node,
+              pytest.mark.timeout(3600)]  # a first fit of bge-small: minutes, more under load
 
 ADI = data_dir() / "adi"
 
