@@ -121,16 +121,15 @@ final class ModelStore {
             if (manifest.bytes > maxBytes) {
                 throw tooLarge(bundleId, manifest.bytes, "its parts are");
             }
-            cluster.multiGet(manifest.chunkRequest(), ActionListener.wrap(chunks -> {
-                Map<String, byte[]> parts = manifest.assemble(chunks);
-                cluster.threadPool().generic().execute(() -> {
-                    try {
-                        listener.onResponse(build(bundleId, manifest.digest, parts));
-                    } catch (Exception e) {
-                        listener.onFailure(e);
-                    }
-                });
-            }, listener::onFailure));
+            // decoding, checking and building take a while for a large table: not on the
+            // thread that delivers the response
+            cluster.multiGet(manifest.chunkRequest(), ActionListener.wrap(chunks -> cluster.threadPool().generic().execute(() -> {
+                try {
+                    listener.onResponse(build(bundleId, manifest.digest, manifest.assemble(chunks)));
+                } catch (Exception e) {
+                    listener.onFailure(e);
+                }
+            }), listener::onFailure));
         }, e -> listener.onFailure(e instanceof IndexNotFoundException ? notLoaded(bundleId) : e)));
     }
 
