@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
+from lr_opensearch.cli import main as cli_main
+from lr_opensearch.cli.plugin import home_version
+from lr_opensearch.errors import ConfigError
 from lr_opensearch.node import get_engine
 from lr_opensearch.plugin.build import (
     CLIENT_PACKAGES,
@@ -60,3 +64,20 @@ def test_digest_follows_sources_and_version() -> None:
     root = source_dir()
     assert source_digest(root, "3.6.0") != source_digest(root, "2.19.1")
     assert source_digest(root, "3.6.0") == source_digest(root, "3.6.0")
+
+
+def test_home_version_reads_the_engine_jar(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    with pytest.raises(ConfigError, match="not an OpenSearch home"):
+        home_version(tmp_path)
+    (tmp_path / "lib" / "opensearch-core-2.19.1.jar").touch()
+    (tmp_path / "lib" / "opensearch-2.19.1.jar").touch()
+    assert home_version(tmp_path) == "2.19.1"
+
+
+def test_lr_plugin_build_prints_the_zip_and_the_install_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["plugin", "build"]) == 0
+    out = capsys.readouterr().out
+    built = build_plugin()
+    assert str(built.zip_path) in out and f"install --batch {built.zip_path.as_uri()}" in out

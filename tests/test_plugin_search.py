@@ -130,3 +130,16 @@ def test_readme_commands_as_written(plugin_client: Any, loaded: Any, plugin_node
     expected = Retriever(bundle, plugin_client, index, fusion="client").search(text.group(1))
     assert len(answer["hits"]["hits"]) == len(expected) == 10
     assert_same(expected, answer["hits"]["hits"])
+
+
+def test_lr_plugin_status(plugin_client: Any, loaded: Any, plugin_node: Any,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    bundle, _ = loaded
+    capsys.readouterr()
+    assert cli_main(["plugin", "status", "--json", "--url", plugin_node.url]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert len(status["nodes"]) == 1
+    assert bundle.bundle_id in [row["bundle_id"] for row in status["stored"]]
+    held = status["node_models"]
+    assert bundle.bundle_id in [m["bundle_id"] for m in held["models"]]
+    assert held["max_bytes"] == 256 * 2**20
