@@ -321,3 +321,37 @@ def fitted_bge() -> Path:
     `lr bundle build --model packaged:bge-small --fit-corpus` builds it; from the bundle
     store like ``fitted_minilm`` (the first fit on a machine: minutes on 2 cores)."""
     return _fitted_adi_bundle("packaged:bge-small", "bge-small")
+
+
+@pytest.fixture(scope="session")
+def plugin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A throwaway local OpenSearch node (``LR_TEST_OPENSEARCH_VERSION``, default 3.6.0) with
+    the LightRetriever plugin built from this checkout's source and installed
+    (``lr_opensearch.plugin.install.plugin_installation``); ``.url``, ``.restart()``.
+    ``LR_TEST_PLUGIN_NODE_DIR`` + ``LR_TEST_PLUGIN_HTTP_PORT``: a node of this checkout's
+    plugin already running from that directory (a developer's, left running)."""
+    from plugin_support import PluginNode
+
+    from lr_opensearch.errors import LRError
+
+    where = os.environ.get("LR_TEST_PLUGIN_NODE_DIR")
+    node = (PluginNode(Path(where), opensearch_test_version(),
+                       http_port=int(os.environ["LR_TEST_PLUGIN_HTTP_PORT"]))
+            if where else PluginNode(tmp_path_factory.mktemp("plugin-node"),
+                                     opensearch_test_version()))
+    try:
+        if not where:
+            node.start()
+    except LRError as exc:
+        pytest.fail(f"no OpenSearch node with the LightRetriever plugin: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        if not where:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def plugin_client(plugin_node: Any) -> Any:
+    """A client of ``plugin_node`` (the same after a restart: same URL)."""
+    return plugin_node.client()

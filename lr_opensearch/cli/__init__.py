@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dashboards": ("lr_opensearch.cli.dashboards", "saved objects for Dashboards / Kibana"),
     "models": ("lr_opensearch.cli.models", "LightRetriever query encoding inside the cluster "
                "(ml-commons): deploy, list, undeploy"),
+    "plugin": ("lr_opensearch.cli.plugin", "the LightRetriever OpenSearch plugin (one request "
+               "from any client): build, install, load, status"),
     "inspect": ("lr_opensearch.cli.inspect", "the hybrid and each of its legs side by side in the "
                 "browser"),
 }
