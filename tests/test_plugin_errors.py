@@ -135,6 +135,7 @@ def test_record_of_another_bundle(plugin_client: Any, setup: Any) -> None:
     ({"text": "paris", "size": 9000, "from": 2000}, ["10000"]),
     ({"text": "paris", "candidates": 20_000}, ["10000"]),
     ({"text": "paris", "explain": "yes"}, ["true or false"]),
+    ({"text": "paris", "_source": ["title"]}, ["_source", "true", "false"]),
     ({"text": "paris", "normalization": "zscore"}, ["valid: min_max, l2"]),
     ({"text": "paris", "combination": "max"}, ["arithmetic_mean, geometric_mean"]),
     ({"text": "paris", "semantics": "linear", "combination": "geometric_mean"}, ["weighted sum"]),

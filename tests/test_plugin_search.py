@@ -34,7 +34,7 @@ def both(plugin_client: Any, loaded: Any, text: str, **options: Any) -> tuple[li
     bundle, index = loaded
     retriever = Retriever(bundle, plugin_client, index, fusion="client")
     body: dict[str, Any] = {"text": text}
-    names = {"k": "size", "from_": "from"}
+    names = {"k": "size", "from_": "from", "source": "_source"}
     body.update({names.get(key, key): v for key, v in options.items()})
     hits = retriever.search(text, **options)
     status, answer = plugin_search(plugin_client, index, body)
@@ -49,6 +49,14 @@ def test_hybrid_equals_lr_search(plugin_client: Any, loaded: Any, text: str) -> 
     assert_same(expected, got)
     assert all("lr_dense" not in h["_source"] and "lr_sparse" not in h["_source"] for h in got)
     assert [h["_source"] for h in got] == [h.source for h in expected]
+
+
+def test_without_source_the_same_hits(plugin_client: Any, loaded: Any) -> None:
+    """``"_source": false`` answers the same ids and scores without the documents (no
+    multi-get), as ``lr search``'s ``source=False``."""
+    expected, got = both(plugin_client, loaded, QUERIES[1], source=False)
+    assert_same(expected, got)
+    assert got and all("_source" not in h for h in got)
 
 
 def test_legs_fuse_in_sub_query_order(plugin_client: Any, loaded: Any) -> None:

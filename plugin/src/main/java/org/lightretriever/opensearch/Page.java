@@ -126,7 +126,7 @@ final class Page {
     }
 
     private void fetchSources(List<Map<String, Object>> hits, int total, ActionListener<Map<String, Object>> listener) {
-        if (hits.isEmpty()) {
+        if (hits.isEmpty() || !body.source) {
             listener.onResponse(response(hits, total));
             return;
         }

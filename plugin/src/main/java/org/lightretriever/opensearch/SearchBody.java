@@ -15,8 +15,8 @@ import java.util.TreeSet;
  */
 final class SearchBody {
     static final List<String> FIELDS = Arrays.asList(
-        "text", "size", "from", "weights", "mode", "candidates", "filter", "explain", "semantics", "normalization",
-        "combination", "rank_constant");
+        "text", "size", "from", "weights", "mode", "candidates", "filter", "explain", "_source", "semantics",
+        "normalization", "combination", "rank_constant");
     static final String HYBRID = "hybrid";
     /** The most hits a search may ask the engine for (index.max_result_window, knn k). */
     static final int MAX_RESULT_WINDOW = 10_000;
@@ -30,6 +30,7 @@ final class SearchBody {
     final Integer candidates; // null: the index record's
     final List<Map<String, Object>> filter; // empty: none
     final boolean explain;
+    final boolean source; // false: the hits without _source (no multi-get), as lr search's source=False
     final String semantics; // null: the record's (as the normalization and combination)
     final String normalization;
     final String combination;
@@ -78,6 +79,12 @@ final class SearchBody {
             throw LrError.badRequest("\"explain\" must be true or false, got " + describe(e));
         }
         explain = (Boolean) e;
+        Object src = body.getOrDefault("_source", true);
+        if (!(src instanceof Boolean)) {
+            throw LrError.badRequest("\"_source\" must be true (the hits' documents, the default) or false (ids and "
+                + "scores only), got " + describe(src));
+        }
+        source = (Boolean) src;
         semantics = string(body, "semantics");
         normalization = string(body, "normalization");
         combination = string(body, "combination");
