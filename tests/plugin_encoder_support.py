@@ -46,7 +46,9 @@ ODD_TEXTS = [
     "what is the boundary layer?", "?!.,;:", "\u00bfQu\u00e9? \u00a1S\u00ed!", "\u300c\u5f15\u7528\u300d\u3001\u3002",
     "", "   ", "\t\n ", ".", "\u200b", "bad \ud800 surrogate", "\udfff", "\U0001f600" * 30,
     "boundary " * 700, "word " * 20000, "a" * 100_000, "layer" + "\u00e9" * 30_000,
-    "Dives Akuru \U00011938 Tulu \U00011383 Todhri \U000105c9",
+    "Dives Akuru \U00011938 Tulu \U00011383 Todhri \U000105c9 \ua7cb\u2c2f\U00010570",
+    "marks a\u0301\u0316\u0323 x\U0001d16d\U0001d165 \U0001d15f\U0001d16e\U0001d166 \u0e01\u0e49\u0e38",
+    "hangul \uac00\ud7a3 \u1100\u1161 jamo", "x\U0001f600y x\U0001f600\U0001f600 \U0001d11e!",
 ]
 
 
@@ -64,11 +66,12 @@ class Comparison:
     failures: list[str] = field(default_factory=list)
 
 
-def java_encode(parts: dict[str, bytes], texts: list[str], work: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def java_encode(parts: dict[str, bytes], texts: list[str], work: Path,
+                *options: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run EncodeMain on ``parts``: (its header line, one result per text)."""
     directory = write_parts(parts, work / "parts")
     stdin = "".join(json.dumps(t) + "\n" for t in texts)
-    run = subprocess.run(encode_main_command(directory), input=stdin, capture_output=True,
+    run = subprocess.run([*encode_main_command(directory), *options], input=stdin, capture_output=True,
                          text=True, check=False, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for line in run.stdout.splitlines()]

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ingest_support import data_dir
 from plugin_encoder_support import ODD_TEXTS, compare, java_encode, random_texts
 from tiny_artifacts import bpe_tokenizer, random_tables, tiny_config, wordpiece_tokenizer
@@ -63,7 +66,26 @@ def real_tokenizer(name: str) -> Tokenizer:
     return Tokenizer.from_file(str(ensure_model(model) / "tokenizer.json"))
 
 
+def astral_tokenizer() -> Tokenizer:
+    """A hand-made BERT WordPiece vocabulary with astral-plane pieces (emoji, music signs),
+    word-initial and continuing, so that keys take the ``-Uhhhhhh`` form and WordPiece
+    steps back over surrogate pairs."""
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    pieces = ["\U0001f600", "\U0001f680", "x\U0001f600", "\U0001d11e", "\U0001f600\U0001f600",
+              "\u03b5\u03bb", "\u65e5", "the", "boundary", "layer", "a.b"]
+    letters = list("abcdefghijklmnopqrstuvwxyz0123456789")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *(f"##{c}" for c in letters),
+             *pieces, *(f"##{p}" for p in pieces[:5]), "##\U0001f600y", *"!?.,;:'\"-()[]#\u2019"]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.add_special_tokens(vocab[:5])
+    return tok
+
+
 CASES = {  # name: (tokenizer, IDF weights, config)
+    "astral-idf": (astral_tokenizer, True, {}),
     "tiny-count": (lambda: wordpiece_tokenizer(padding=False), False, {}),
     "tiny-idf-stopwords": (lambda: wordpiece_tokenizer(), True, {"remove_stopwords": True}),
     "minilm-idf-stopwords": (lambda: real_tokenizer("minilm"), True, {"remove_stopwords": True}),
@@ -91,6 +113,33 @@ def test_java_encoder_equals_python(case: str, tmp_path: Path) -> None:
     assert got.ids_equal == got.sparse_equal == encoded >= 1400
     assert got.refused_both >= 8  # empty, blank, no-token, lone-surrogate and 100,000-char texts
     assert got.min_cosine >= 0.9999999
+    if case.startswith("astral"):  # the -Uhhhhhh keys and continuing astral pieces were met
+        keys = {k for r in results for k in r.get("sparse", {})}
+        assert {"-U01f600", "-23-23-U01f600", "x-U01f600"} <= keys, sorted(keys)[:20]
+
+
+@pytest.fixture(scope="module")
+def minilm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("minilm")
+    return load_bundle(make_bundle(root / "b", real_tokenizer("minilm"), idf=True, remove_stopwords=True))
+
+
+# any code point (surrogates, controls, unassigned included), and the odd texts' characters
+_any_char = st.characters(codec=None, exclude_categories=()) | st.characters(categories=["Cs"])
+_odd_char = st.sampled_from(sorted(set("".join(ODD_TEXTS))))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(alphabet=_any_char | _odd_char, max_size=80), min_size=150, max_size=150))
+def test_java_encoder_equals_python_on_generated_texts(minilm_bundle: Any, texts: list[str],
+                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Hypothesis: 4 batches of 150 generated texts through MiniLM's tokenizer."""
+    _, results = java_encode(plugin_parts(minilm_bundle), texts, tmp_path_factory.mktemp("gen"))
+    got = compare(QueryEncoder(minilm_bundle), texts, results)
+    assert not got.failures, "\n".join(got.failures[:20])
+    assert got.ids_equal + got.refused_both == len(texts)
+    print(f"\n[generated] {len(texts)} texts: ids equal {got.ids_equal}, refused by both {got.refused_both}")
 
 
 def test_sparse_min_idf_and_instruction_match(tmp_path: Path) -> None:
@@ -145,8 +194,29 @@ def test_missing_part_is_refused_naming_it(tiny_parts: dict[str, bytes], tmp_pat
     assert "part vocab.txt is missing" in _load_error(parts, tmp_path)
 
 
+def test_a_part_the_manifest_does_not_list_is_not_read(tiny_parts: dict[str, bytes], tmp_path: Path) -> None:
+    """Only checksummed parts are read: IDF weights left out of the manifest's list are refused."""
+    manifest = tiny_parts[MANIFEST].replace(b",idf.f64le\n", b"\n")
+    assert manifest != tiny_parts[MANIFEST]
+    assert "part idf.f64le is missing or not listed" in _load_error({**tiny_parts, MANIFEST: manifest}, tmp_path)
+
+
+def test_every_code_point_normalises_and_splits_as_tokenizers(tmp_path: Path) -> None:
+    """Java's BertNormalizer and BertPreTokenizer give the tokenizer's result for every
+    Unicode scalar value (MiniLM's tokenizer; 4096 code points to a text, between '#')."""
+    bundle = load_bundle(make_bundle(tmp_path / "b", real_tokenizer("minilm"), idf=False))
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    texts = ["#" + "#".join(points[i : i + 4096]) + "#" for i in range(0, len(points), 4096)]
+    _, results = java_encode(plugin_parts(bundle), texts, tmp_path, "--normalize")
+    tok = bundle.tokenizer
+    for text, got in zip(texts, results, strict=True):
+        normal = tok.normalizer.normalize_str(text)
+        words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(normal)]
+        assert got == {"normalized": normal, "words": words}, f"block from U+{ord(text[1]):04X}"
+
+
 def test_bert_tables_are_current() -> None:
     """BertTables.java holds what the installed tokenizers does (regenerate with
     `python -m lr_opensearch.plugin.unicode_tables` after a tokenizers upgrade)."""
-    expected = unicode_tables.java_source(unicode_tables.probe_tables())
+    expected = unicode_tables.generate()
     assert unicode_tables.TABLES_JAVA.read_text(encoding="utf-8") == expected

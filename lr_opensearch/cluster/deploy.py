@@ -29,16 +29,18 @@ from lr_opensearch.cluster.export import (
     export_dense,
     export_sparse,
 )
-from lr_opensearch.cluster.requests import CLUSTER_KEY
+from lr_opensearch.cluster.lease import lease
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
 from lr_opensearch.engine.templates import META_KEY, render_hybrid_pipeline
+from lr_opensearch.engine.text_queries import CLUSTER_KEY
 from lr_opensearch.legs import fusion_config
 
 logger = logging.getLogger(__name__)
 
 _REUPLOAD = ("REGISTERING",)  # an upload that never finished: delete, upload again
+DEPLOY_LEASE_SLACK_S = 600.0  # a deploy's lease: its two waits (timeout each) and this
 
 
 def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[str, str]:
@@ -92,12 +94,24 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         done per model).
 
     Raises:
-        EngineError: no ml-commons, a failed deploy, or an index built with another bundle.
+        EngineError: no ml-commons, a failed deploy, an index built with another bundle, or
+            another deploy of the bundle running (its lease, :mod:`lr_opensearch.cluster.lease`).
     """
     mlapi.require_ml(client)
     max_tokens = cluster_max_tokens(bundle, max_tokens)
     if index is not None:
         make_adapter(client).check_bundle(index, bundle)
+    short = bundle.bundle_id[:12]
+    with lease(client, f"models-deploy-{short}", f"lr models deploy of bundle {short}",
+               ttl_s=2 * timeout + DEPLOY_LEASE_SLACK_S):
+        return _deploy(client, bundle, index, instruction, max_tokens, sparse_min_idf,
+                       default_pipeline, timeout)
+
+
+def _deploy(client: Any, bundle: Bundle, index: str | None, instruction: str | None,
+            max_tokens: int, sparse_min_idf: float, default_pipeline: bool,
+            timeout: float) -> dict[str, Any]:
+    """:func:`deploy_bundle` under its lease."""
     dense = export_dense(bundle, instruction=instruction, max_tokens=max_tokens)
     sparse = export_sparse(bundle, max_tokens=max_tokens, sparse_min_idf=sparse_min_idf)
     uploaded: list[tuple[str, str]] = []  # (id, name) of the models this call uploaded
@@ -144,30 +158,20 @@ def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min
 
 def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bundle) -> str:
     """Store the index's text-only calibrated query as a search template (the index is
-    calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
-    returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
-    from lr_opensearch.cluster.requests import calibrated_template, template_id
+    calibrated first if it is not; :func:`lr_opensearch.engine.calibration.store_template`,
+    which every later calibration of the index calls again). Returns the template id."""
     from lr_opensearch.engine.calibration import (
         CALIBRATION_KEY,
         Calibration,
-        Shape,
         calibrate,
     )
-    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+    from lr_opensearch.engine.calibration import store_template as store
 
     adapter = make_adapter(client)
     meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
     calibration = (Calibration.from_meta(meta, index) if meta
                    else calibrate(adapter, index, bundle))
-    shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
-    weights = dict(zip(record["legs"], record["weights"], strict=True))
-    source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
-                                 k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
-    name = template_id(index)
-    mlapi.request(client, "PUT", f"/_scripts/{name}",
-                  {"script": {"lang": "mustache", "source": source}},
-                  what=f"storing search template {name}")
-    return name
+    return store(adapter, index, record, calibration)
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:

@@ -1,28 +1,30 @@
-"""The character classes of HF tokenizers' BERT pipeline, probed from the installed library,
-as the Java source of ``BertTables`` (the plugin's tokenizer reads them).
+"""HF tokenizers' BERT pipeline per code point, probed from the installed library, as the
+Java source of ``BertTables`` (the plugin's tokenizer reads it).
 
-The Rust tokenizer decides "control" (deleted by ``clean_text``), whitespace, punctuation
-and non-spacing marks (deleted by ``strip_accents``) with its own crates' Unicode tables,
-which are neither Python's ``unicodedata`` nor any JDK's (for example it keeps unassigned
-code points that the JDK calls ``Cn``). So the plugin does not use the JDK's categories for
-these: this module asks the installed ``tokenizers`` about every code point and writes the
-answer as ranges. ``python -m lr_opensearch.plugin.unicode_tables`` rewrites the Java file;
-tests/test_plugin_encoder.py checks it is current.
-
-NFD and lower-casing are the JDK's (``java.text.Normalizer``, ``String.toLowerCase``); the
-code points where they differ from the Rust crates are listed in docs/PLUGIN.md.
+The Rust tokenizer decides "control" (deleted by ``clean_text``), whitespace, punctuation,
+non-spacing marks (deleted by ``strip_accents``), NFD and lower case with its own crates'
+Unicode tables, which are neither Python's ``unicodedata`` nor any JDK's (it keeps
+unassigned code points that the JDK calls ``Cn``; its NFD is older than JDK 25's and its
+lower case newer than JDK 17's). So the plugin uses none of the JDK's Unicode data: this
+module asks the installed ``tokenizers`` about every code point and writes the classes as
+ranges and NFD / lower case as mappings (Hangul syllables decompose by the algorithm).
+The canonical combining classes, which order marks within NFD and which the tokenizer does
+not expose, come from Python's ``unicodedata``. ``python -m lr_opensearch.plugin.unicode_tables``
+rewrites the Java file; tests/test_plugin_encoder.py checks that it is current and that
+the Java normaliser and pre-tokenizer equal the tokenizer's on every code point.
 """
 
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from tokenizers import normalizers, pre_tokenizers
 
-TABLES_JAVA = (Path(__file__).resolve().parents[2] / "plugin" / "src" / "main" / "java" / "org"
-               / "lightretriever" / "encode" / "BertTables.java")
+from lr_opensearch.plugin.javac import ENCODER_PACKAGE, PLUGIN_SRC
+
+TABLES_JAVA = PLUGIN_SRC / ENCODER_PACKAGE / "BertTables.java"
 _MARKER = "#"  # kept by every step, never the image of another code point under NFD/lowercase
 _CHUNK = 8192
 
@@ -87,6 +89,47 @@ def probe_tables() -> dict[str, list[tuple[int, int]]]:
             "PUNCTUATION": ranges(punct), "NONSPACING_MARK": ranges(marks)}
 
 
+def hangul_nfd(cp: int) -> list[int] | None:
+    """The algorithmic NFD of a Hangul syllable (Unicode 3.12), None for other code points."""
+    index = cp - 0xAC00
+    if not 0 <= index < 11172:
+        return None
+    out = [0x1100 + index // 588, 0x1161 + (index % 588) // 28]
+    return out + [0x11A7 + index % 28] if index % 28 else out
+
+
+def probe_mappings() -> dict[str, dict[int, list[int]]]:
+    """The tokenizer's NFD (Hangul syllables left to the algorithm) and lower-case mapping
+    of every code point they change: code point -> code points."""
+    nfd: dict[int, list[int]] = {}
+    for c, img in images(normalizers.NFD().normalize_str).items():
+        if img != c:
+            cps = [ord(x) for x in img]
+            hangul = hangul_nfd(ord(c))
+            if hangul is None:
+                nfd[ord(c)] = cps
+            elif hangul != cps:
+                raise RuntimeError(f"tokenizers' NFD of U+{ord(c):04X} is not the Hangul algorithm's")
+    lower = {ord(c): [ord(x) for x in img]
+             for c, img in images(normalizers.Lowercase().normalize_str).items() if img != c}
+    return {"NFD": nfd, "LOWERCASE": lower}
+
+
+def combining_classes() -> list[tuple[int, int, int]]:
+    """(start, end, class) ranges of the non-zero canonical combining classes, from Python's
+    ``unicodedata`` (the tokenizer exposes none; they only order marks within NFD)."""
+    out: list[list[int]] = []
+    for cp in range(0x110000):
+        ccc = unicodedata.combining(chr(cp))
+        if not ccc:
+            continue
+        if out and out[-1][1] == cp - 1 and out[-1][2] == ccc:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp, ccc])
+    return [(a, b, c) for a, b, c in out]
+
+
 def ranges(code_points: list[int] | set[int]) -> list[tuple[int, int]]:
     """Sorted inclusive ranges covering exactly ``code_points``."""
     out: list[list[int]] = []
@@ -104,24 +147,43 @@ def _java_array(name: str, values: list[int]) -> str:
     return f"    static final int[] {name} = {{\n        {body}\n    }};\n"
 
 
-def java_source(tables: dict[str, list[tuple[int, int]]]) -> str:
-    """The generated ``BertTables.java`` (range starts and ends per class)."""
+def _java_string(name: str, items: list[str]) -> str:
+    """A String constant of ``;``-separated items, written 8 items to a source line."""
+    rows = [";".join(items[i : i + 8]) for i in range(0, len(items), 8)]
+    body = " +\n        ".join(f'"{row};"' for row in rows)
+    return f"    static final String {name} =\n        {body};\n"
+
+
+def java_source(tables: dict[str, list[tuple[int, int]]], mappings: dict[str, dict[int, list[int]]],
+                ccc: list[tuple[int, int, int]]) -> str:
+    """The generated ``BertTables.java``: class ranges as int arrays (STARTS, ENDS),
+    mappings as ``cp:cp cp;...`` strings, combining classes as ``start-end:class;...``
+    (hex code points)."""
     import tokenizers
 
     head = ("// Generated by `python -m lr_opensearch.plugin.unicode_tables` from tokenizers "
-            f"{tokenizers.__version__}; do not edit.\n"
+            f"{tokenizers.__version__} (combining classes: Unicode {unicodedata.unidata_version}); "
+            "do not edit.\n"
             "package org.lightretriever.encode;\n\n"
-            "/** Character classes of HF tokenizers' BERT pipeline as inclusive code point ranges "
-            "(STARTS, ENDS). */\n"
+            "/** HF tokenizers' BERT pipeline per code point: class ranges, NFD, lower case. */\n"
             "final class BertTables {\n    private BertTables() {\n    }\n\n")
-    arrays = [_java_array(f"{name}_{part}", [r[k] for r in rs])
-              for name, rs in tables.items() for k, part in ((0, "STARTS"), (1, "ENDS"))]
-    return head + "\n".join(arrays) + "}\n"
+    parts = [_java_array(f"{name}_{part}", [r[k] for r in rs])
+             for name, rs in tables.items() for k, part in ((0, "STARTS"), (1, "ENDS"))]
+    parts += [_java_string(name, [f"{cp:x}:" + " ".join(f"{x:x}" for x in img)
+                                  for cp, img in sorted(mapping.items())])
+              for name, mapping in mappings.items()]
+    parts.append(_java_string("COMBINING_CLASS", [f"{a:x}-{b:x}:{c}" for a, b, c in ccc]))
+    return head + "\n".join(parts) + "}\n"
+
+
+def generate() -> str:
+    """``BertTables.java`` as the installed tokenizers (and unicodedata) give it."""
+    return java_source(probe_tables(), probe_mappings(), combining_classes())
 
 
 def main() -> None:
     """Rewrite ``BertTables.java`` from the installed tokenizers."""
-    TABLES_JAVA.write_text(java_source(probe_tables()), encoding="utf-8")
+    TABLES_JAVA.write_text(generate(), encoding="utf-8")
     sys.stdout.write(f"wrote {TABLES_JAVA}\n")
 
 

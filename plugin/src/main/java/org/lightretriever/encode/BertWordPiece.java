@@ -1,7 +1,9 @@
 package org.lightretriever.encode;
 
-import java.text.Normalizer;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
@@ -26,15 +28,44 @@ final class BertWordPiece {
     }
 
     private final Options options;
-    private final Map<String, Integer> vocab;
+    private final Map<String, Integer> starts;  // pieces that begin a word
+    private final Map<String, Integer> continuations;  // pieces after the prefix, prefix removed
+    private final int longestStart;  // UTF-16 units of the longest key of each map
+    private final int longestContinuation;
     private final String[] addedTokens;
     private final int[] addedIds;
+    private final long memoryBytes;
 
     BertWordPiece(Options options, Map<String, Integer> vocab, String[] addedTokens, int[] addedIds) {
         this.options = options;
-        this.vocab = vocab;
+        this.starts = new HashMap<>(vocab.size() * 2);
+        this.continuations = new HashMap<>(vocab.size());
+        int longest = 0;
+        int longestCont = 0;
+        for (Map.Entry<String, Integer> e : vocab.entrySet()) {
+            String token = e.getKey();
+            starts.put(token, e.getValue());
+            longest = Math.max(longest, token.length());
+            if (token.startsWith(options.prefix)) {
+                String rest = token.substring(options.prefix.length());
+                continuations.put(rest, e.getValue());
+                longestCont = Math.max(longestCont, rest.length());
+            }
+        }
+        long bytes = 64L * (starts.size() + continuations.size());  // map nodes, boxed ids, slots
+        for (String rest : continuations.keySet()) {
+            bytes += 40 + 2L * rest.length();  // the keys of starts are the vocabulary's strings
+        }
+        this.memoryBytes = bytes;
+        this.longestStart = longest;
+        this.longestContinuation = longestCont;
         this.addedTokens = addedTokens.clone();
         this.addedIds = addedIds.clone();
+    }
+
+    /** Estimated heap bytes of the lookup maps (not counting the vocabulary's strings). */
+    long memoryBytes() {
+        return memoryBytes;
     }
 
     /** Growable int array. */
@@ -84,7 +115,14 @@ final class BertWordPiece {
     }
 
     private void tokenizeSegment(String segment, Ids out) {
-        String normal = normalize(segment);
+        for (String word : preTokenize(normalize(segment))) {
+            wordPiece(word, out);
+        }
+    }
+
+    /** BertPreTokenizer: split on whitespace, each punctuation character a word of its own. */
+    static List<String> preTokenize(String normal) {
+        List<String> words = new ArrayList<>();
         int wordStart = -1;
         for (int i = 0; i < normal.length(); ) {
             int cp = normal.codePointAt(i);
@@ -92,11 +130,11 @@ final class BertWordPiece {
             boolean space = BertChars.isWhitespace(cp);
             if (space || BertChars.isPunctuation(cp)) {
                 if (wordStart >= 0) {
-                    wordPiece(normal.substring(wordStart, i), out);
+                    words.add(normal.substring(wordStart, i));
                     wordStart = -1;
                 }
                 if (!space) {
-                    wordPiece(normal.substring(i, next), out);
+                    words.add(normal.substring(i, next));
                 }
             } else if (wordStart < 0) {
                 wordStart = i;
@@ -104,8 +142,9 @@ final class BertWordPiece {
             i = next;
         }
         if (wordStart >= 0) {
-            wordPiece(normal.substring(wordStart), out);
+            words.add(normal.substring(wordStart));
         }
+        return words;
     }
 
     /** BertNormalizer: clean_text, handle_chinese_chars, strip_accents, lowercase, in that order. */
@@ -144,23 +183,36 @@ final class BertWordPiece {
         return true;
     }
 
+    /** NFD (decomposition, then canonical ordering of marks), then drop Mn. */
     private static String stripAccents(String s) {
         if (ascii(s)) {
             return s;
         }
-        String nfd = Normalizer.normalize(s, Normalizer.Form.NFD);
-        StringBuilder sb = new StringBuilder(nfd.length());
-        for (int i = 0; i < nfd.length(); ) {
-            int cp = nfd.codePointAt(i);
+        Ids cps = new Ids();
+        for (int i = 0; i < s.length(); ) {
+            int cp = s.codePointAt(i);
             i += Character.charCount(cp);
-            if (!BertChars.isNonSpacingMark(cp)) {
-                sb.appendCodePoint(cp);
+            BertChars.decompose(cp, cps);
+        }
+        int[] a = cps.data;
+        for (int i = 1; i < cps.size; i++) {  // stable insertion sort of each run of marks
+            int ccc = BertChars.combiningClass(a[i]);
+            for (int j = i; ccc != 0 && j > 0 && BertChars.combiningClass(a[j - 1]) > ccc; j--) {
+                int t = a[j - 1];
+                a[j - 1] = a[j];
+                a[j] = t;
+            }
+        }
+        StringBuilder sb = new StringBuilder(s.length());
+        for (int i = 0; i < cps.size; i++) {
+            if (!BertChars.isNonSpacingMark(a[i])) {
+                sb.appendCodePoint(a[i]);
             }
         }
         return sb.toString();
     }
 
-    /** Per code point full lower-case mapping, no context (Rust {@code char::to_lowercase}). */
+    /** Per code point lower case, no context (Rust {@code char::to_lowercase}). */
     private static String lowercase(String s) {
         if (ascii(s)) {
             return s.toLowerCase(Locale.ROOT);
@@ -168,13 +220,8 @@ final class BertWordPiece {
         StringBuilder sb = new StringBuilder(s.length());
         for (int i = 0; i < s.length(); ) {
             int cp = s.codePointAt(i);
-            int n = Character.charCount(cp);
-            if (cp < 0x80) {
-                sb.append((char) (cp >= 'A' && cp <= 'Z' ? cp + 32 : cp));
-            } else {
-                sb.append(s.substring(i, i + n).toLowerCase(Locale.ROOT));
-            }
-            i += n;
+            i += Character.charCount(cp);
+            BertChars.lowercase(cp, sb);
         }
         return sb.toString();
     }
@@ -188,11 +235,12 @@ final class BertWordPiece {
         int mark = out.size;
         int start = 0;
         while (start < word.length()) {
-            int end = word.length();
+            // the vocabulary has no longer piece: start there (same result as from the word's end)
+            Map<String, Integer> pieces = start > 0 ? continuations : starts;
+            int end = Math.min(word.length(), start + (start > 0 ? longestContinuation : longestStart));
             Integer found = null;
             while (start < end) {
-                String piece = word.substring(start, end);
-                found = vocab.get(start > 0 ? options.prefix + piece : piece);
+                found = pieces.get(word.substring(start, end));
                 if (found != null) {
                     break;
                 }

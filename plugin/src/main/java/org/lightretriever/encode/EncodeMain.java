@@ -19,14 +19,17 @@ import java.util.Map;
  * writes one JSON object per line: {@code {"ids": [...], "dense_bits": [float32 bits as
  * int...], "sparse": {key: weight}}} or {@code {"error": "..."}} for a refused text. The
  * first line written is {@code {"bundle_id": ..., "dim": ..., "memory_bytes": ...}}.
+ * With {@code --normalize} after PARTS_DIR it writes instead, per text, the normalised text
+ * and its pre-tokenized words: {@code {"normalized": "...", "words": [...]}}.
  */
 public final class EncodeMain {
     private EncodeMain() {
     }
 
     public static void main(String[] args) throws IOException {
-        if (args.length != 1) {
-            System.err.println("usage: EncodeMain PARTS_DIR < texts.jsonl");
+        boolean normalize = args.length == 2 && args[1].equals("--normalize");
+        if (args.length != 1 && !normalize) {
+            System.err.println("usage: EncodeMain PARTS_DIR [--normalize] < texts.jsonl");
             System.exit(2);
         }
         QueryModel model;
@@ -44,6 +47,11 @@ public final class EncodeMain {
         String line;
         while ((line = in.readLine()) != null) {
             if (line.isEmpty()) {
+                continue;
+            }
+            if (normalize) {
+                out.write(normalized(model.tokenizer(), Json.parseString(line)));
+                out.write('\n');
                 continue;
             }
             try {
@@ -66,6 +74,17 @@ public final class EncodeMain {
             }
         }
         return parts;
+    }
+
+    private static String normalized(BertWordPiece tokenizer, String text) {
+        String normal = tokenizer.normalize(text);
+        StringBuilder sb = new StringBuilder("{\"normalized\": ").append(Json.quote(normal)).append(", \"words\": [");
+        boolean first = true;
+        for (String word : BertWordPiece.preTokenize(normal)) {
+            sb.append(first ? "" : ", ").append(Json.quote(word));
+            first = false;
+        }
+        return sb.append("]}").toString();
     }
 
     private static String result(EncodedQuery q) {

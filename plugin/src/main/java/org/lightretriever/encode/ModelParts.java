@@ -47,9 +47,16 @@ final class ModelParts {
         }
         Manifest m = Manifest.parse(part(parts, Manifest.PART));
         checkFormat(m);
+        Map<String, byte[]> checked = new HashMap<>();
         for (String name : m.string("parts").split(",", -1)) {
             checkPart(m, name, part(parts, name));
+            checked.put(name, parts.get(name));
         }
+        return read(m, checked);
+    }
+
+    /** The model from a checked manifest and its checked parts (none read unchecked). */
+    private static ModelParts read(Manifest m, Map<String, byte[]> parts) {
         ModelParts p = new ModelParts();
         p.bundleId = m.string("bundle_id");
         int vocabSize = m.integer("vocab_size", 1, MAX_VOCAB);
@@ -71,16 +78,15 @@ final class ModelParts {
         p.table = floats(part(parts, TABLE), (long) vocabSize * p.dim);
         p.idf = m.string("sparse_weights").equals("idf") ? doubles(part(parts, IDF), vocabSize) : null;
         p.sparseKeep = m.flag("sparse_keep") ? bools(part(parts, SPARSE_KEEP), vocabSize) : null;
-        int wordpiece = m.integer("wordpiece_size", 1, vocabSize);
         p.memoryBytes = 4L * p.table.length + (p.idf == null ? 0 : 8L * vocabSize)
-            + 2L * vocabSize + textBytes + 56L * wordpiece;
+            + 2L * vocabSize + textBytes + p.tokenizer.memoryBytes();
         return p;
     }
 
     private static byte[] part(Map<String, byte[]> parts, String name) {
         byte[] bytes = parts.get(name);
         if (bytes == null) {
-            throw new ModelFormatException("part " + name + " is missing (have " + parts.keySet()
+            throw new ModelFormatException("part " + name + " is missing or not listed in " + Manifest.PART + " (have " + new java.util.TreeSet<>(parts.keySet())
                 + "); load all the parts of the bundle's plugin export");
         }
         return bytes;

@@ -140,6 +140,11 @@ public final class QueryModel {
         return out;
     }
 
+    /** The tokenizer (for EncodeMain's normaliser check). */
+    BertWordPiece tokenizer() {
+        return tokenizer;
+    }
+
     /** The bundle id the parts were exported from (the index {@code _meta} records it). */
     public String bundleId() {
         return bundleId;
