@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 from lr_opensearch.engine.clauses import TEXT_QUERY_MAX_TERMS
 from lr_opensearch.engine.factory import make_adapter
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.results import status_of
 from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.engine.templates import META_KEY
@@ -167,7 +168,7 @@ def write_record(client: Any, index: str, bundle: Any, digest: str, *,
     """Check that every concrete index behind ``index`` was built for ``bundle`` and write
     its plugin record; returns the indices."""
     adapter = make_adapter(client)
-    if adapter.engine != "opensearch":
+    if not isinstance(adapter, OpenSearchAdapter):
         raise ConfigError("the LightRetriever plugin is an OpenSearch plugin; on Elasticsearch "
                           "search with `lr search` (docs/PLUGIN.md)")
     adapter.check_bundle(index, bundle)
