@@ -54,7 +54,7 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
     """Each leg's client-side list (100 candidates), re-scored by the affine form."""
     from lr_opensearch.engine.calibration import Shape, leg_key
 
-    req = retriever._request(retriever.options.replace(k=DEPTH, fusion="client"))
+    req = retriever.request(retriever.options.replace(k=DEPTH, fusion="client"))
     weights = req.config.weights
     run: dict[str, Any] = {}
     qids = list(dataset.queries)
@@ -62,7 +62,7 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
         chunk = qids[start : start + 32]
         texts = [dataset.queries[q] for q in chunk]
         inputs = retriever.inputs(texts, req.legs)
-        sub = retriever._sub_queries(inputs, req, len(texts))
+        sub = retriever.sub_queries(inputs, req, len(texts))
         grouped = retriever._search_legs(sub, req, False, what="affine")
         for qid, results in zip(chunk, grouped, strict=True):
             fused: dict[str, float] = {}
