@@ -41,3 +41,22 @@ def test_encoding_a_query_leaves_torch_out(tmp_path) -> None:  # noqa: ANN001
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_bundle_room_imports_neither_torch_nor_scipy() -> None:
+    """``lr_opensearch.bundle`` is the artifact only (config, format, files, keys, the store's
+    lookups): every module of it imports without torch, transformers or scipy (the workshop
+    that builds and fits a bundle is ``lr_opensearch.fit``)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    modules = sorted("lr_opensearch.bundle." + p.stem for p in
+                     (root / "lr_opensearch" / "bundle").glob("*.py") if p.stem != "__init__")
+    assert "lr_opensearch.bundle.format" in modules
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps([m for m in {[*HEAVY, 'scipy']!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -102,6 +102,33 @@ def test_no_import_circles() -> None:
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
+# the artifact (bundle/) is read by every room and reads none above it; the torch side
+# (model/) and the query side (query/) read the artifact, never the workshop (fit/) that
+# builds and fits it
+BELOW = {"lr_opensearch.bundle": ("lr_opensearch.model", "lr_opensearch.query",
+                                  "lr_opensearch.fit", "lr_opensearch.engine",
+                                  "lr_opensearch.search", "lr_opensearch.indexing"),
+         "lr_opensearch.model": ("lr_opensearch.fit",),
+         "lr_opensearch.query": ("lr_opensearch.fit",)}
+
+
+def upward_imports(graph: dict[str, set[str]],
+                   below: dict[str, tuple[str, ...]]) -> list[str]:
+    """Edges from a room into one it must not read (``below[room]``)."""
+    def within(module: str, room: str) -> bool:
+        return module == room or module.startswith(room + ".")
+
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                  for room, above in below.items() if within(m, room)
+                  for up in above if within(d, up))
+
+
+def test_no_room_imports_upward() -> None:
+    bad = upward_imports(_graph(), BELOW)
+    assert not bad, "imports up the rooms (see BELOW):\n" + "\n".join(bad)
+    assert upward_imports({"a.x": {"b.y"}, "b.y": set()}, {"a": ("b",)}) == ["a.x -> b.y"]
+
+
 def test_a_circle_is_found() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
