@@ -52,7 +52,7 @@ def run_variant(retriever: Any, dataset: Any, depth: int = DEPTH,
 
 def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]:
     """Each leg's client-side list (100 candidates), re-scored by the affine form."""
-    from lr_opensearch.engine.calibration import Shape, leg_key
+    from lr_opensearch.search.calibration import Shape, leg_key
 
     req = retriever.request(retriever.options.replace(k=DEPTH, fusion="client"))
     weights = req.config.weights
@@ -78,7 +78,6 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.calibration import Shape, calibrate
     from lr_opensearch.engine.client import make_client
     from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.evaluation.beir import compute_metrics, load_beir
@@ -91,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         DEFAULT_CALIBRATION_FORM,
     )
     from lr_opensearch.search import Retriever
+    from lr_opensearch.search.calibration import Shape, calibrate
 
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

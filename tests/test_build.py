@@ -19,8 +19,8 @@ from model_fixtures import (  # noqa: F401
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.build import build_bundle
-from lr_opensearch.bundle.fit import FitRecipe
+from lr_opensearch.fit.build import build_bundle
+from lr_opensearch.fit.tables import FitRecipe
 from lr_opensearch.model import DocEncoder, LightRetrieverModel, instruction_ids
 from lr_opensearch.query import QueryEncoder
 
@@ -101,7 +101,7 @@ def test_sentence_transformers_settings_are_used(tmp_path: Path) -> None:
 def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from lr_opensearch.bundle.build import build_bundle_from_model
+    from lr_opensearch.fit.build import build_bundle_from_model
 
     model, tok = tiny_bert()
     model.hf = get_peft_model(model.hf, LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))

@@ -16,15 +16,6 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 from lr_opensearch import legs
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.engine.calibration import (
-    CALIBRATION_KEY,
-    Shape,
-    calibrate,
-    leg_key,
-    pseudo_queries,
-    read_calibration,
-    sample_documents,
-)
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.scores import score_from_inner_product
@@ -34,6 +25,15 @@ from lr_opensearch.legs import LegContext
 from lr_opensearch.legs.builtin import heaviest
 from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
 from lr_opensearch.search import Retriever
+from lr_opensearch.search.calibration import (
+    CALIBRATION_KEY,
+    Shape,
+    calibrate,
+    leg_key,
+    pseudo_queries,
+    read_calibration,
+    sample_documents,
+)
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 
 pytestmark = pytest.mark.node

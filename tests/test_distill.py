@@ -1,4 +1,4 @@
-"""The listwise distillation step of the table fit (lr_opensearch.bundle.distill)."""
+"""The listwise distillation step of the table fit (lr_opensearch.fit.distill)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import scipy.sparse as sp
 from tiny_artifacts import SENTENCES
 
-from lr_opensearch.bundle import distill as distill_mod
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig, distill_table, teacher_top
-from lr_opensearch.bundle.ridge import fit_table, token_bags
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit import distill as distill_mod
+from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig, distill_table, teacher_top
+from lr_opensearch.fit.ridge import fit_table, token_bags
 
 
 def _problem(seed: int = 0, vocab: int = 80, dim: int = 12, n: int = 2000, m: int = 200):  # noqa: ANN202

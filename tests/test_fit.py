@@ -1,4 +1,4 @@
-"""Fitting the query table and the IDF sparse query weights (lr_opensearch.bundle.fit)."""
+"""Fitting the query table and the IDF sparse query weights (lr_opensearch.fit.tables)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pytest
 from tiny_artifacts import SENTENCES, tiny_config, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle, save_bundle
-from lr_opensearch.bundle.distill import DistillConfig
-from lr_opensearch.bundle.fit import fit_bundle_tables, query_tokenizer
-from lr_opensearch.bundle.pseudo import (
+from lr_opensearch.errors import CorpusError, QueryError
+from lr_opensearch.fit.distill import DistillConfig
+from lr_opensearch.fit.pseudo import (
     CAP_PER_DOC,
     fitted_on,
     make_pseudo_queries,
     plan_counts,
     read_records,
 )
-from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags
-from lr_opensearch.errors import CorpusError, QueryError
+from lr_opensearch.fit.ridge import LAMS, fit_table, token_bags
+from lr_opensearch.fit.tables import fit_bundle_tables, query_tokenizer
 from lr_opensearch.legs import builtin as legs_builtin
 from lr_opensearch.legs import registry
 from lr_opensearch.query import QueryEncoder
@@ -278,7 +278,7 @@ def test_read_records_gzip_jsonl_and_text(tmp_path: Path) -> None:
 
 
 def test_fitted_on_compares_path_size_and_sha256(tmp_path: Path) -> None:
-    from lr_opensearch.bundle.pseudo import file_facts
+    from lr_opensearch.fit.pseudo import file_facts
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
     copy = tmp_path / "copy.jsonl"
@@ -331,7 +331,7 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
 
-    from lr_opensearch.bundle.pseudo import file_facts
+    from lr_opensearch.fit.pseudo import file_facts
     from lr_opensearch.indexing.run import _fit_hint
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
@@ -346,15 +346,15 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
 
 
 def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lr_opensearch.bundle import pseudo
-    from lr_opensearch.bundle.store import recipe_key  # names lr demo's stored bundle too
+    from lr_opensearch.fit import pseudo
+    from lr_opensearch.fit.fitted import recipe_key  # names lr demo's stored bundle too
 
     key = recipe_key()
     assert key == recipe_key() and len(key) == 8
     monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
     assert recipe_key() != key  # a changed recipe never reuses an old cached bundle
     monkeypatch.undo()
-    monkeypatch.setattr("lr_opensearch.bundle.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
+    monkeypatch.setattr("lr_opensearch.fit.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
     assert recipe_key() != key
     monkeypatch.undo()
     monkeypatch.setattr("lr_opensearch.legs.builtin.SPARSE", dataclasses.replace(

@@ -19,8 +19,8 @@ from model_fixtures import one_thread, save_model_dir, tiny_bert  # noqa: F401
 from onnx import helper, numpy_helper
 
 from lr_opensearch.bundle import BundleConfig, load_bundle
-from lr_opensearch.bundle.build import build_bundle
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.build import build_bundle
 from lr_opensearch.model import DocEncoder, LightRetrieverModel
 from lr_opensearch.model.framing import plain_tokenizer
 from lr_opensearch.model.loading import load_hf, sentence_transformers_settings

@@ -4,7 +4,7 @@
 
 The model is rebuilt from the checkpoint's config (backbone + LoRA settings), the trained
 weights are loaded, LoRA is merged into the backbone, and the bundle is written by
-``lr_opensearch.bundle.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
+``lr_opensearch.fit.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
 one query table per configured instruction (formatted with ``QUERY_PROMPT`` exactly as
 in training), the merged doc encoder and the tokenizer.
 """
@@ -50,8 +50,8 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
             pseudo-queries of these corpora (``lr bundle build --fit-corpus``); none: the
             trained per-token table as it is.
     """
-    from lr_opensearch.bundle.build import build_bundle_from_model
-    from lr_opensearch.bundle.fit import FitRecipe
+    from lr_opensearch.fit.build import build_bundle_from_model
+    from lr_opensearch.fit.tables import FitRecipe
 
     merge_lora(model)
     model.eval()

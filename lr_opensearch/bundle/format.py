@@ -14,7 +14,7 @@ tokenizer's vocabulary size and the special token ids the query and sparse sides
 each instruction's text and table file, the size and sha256 of every file, the bundle id
 and the library version that wrote it. Optional (absent in bundles written before the
 table fit, which load unchanged): ``fit`` (how the tables were fitted to a corpus, see
-``lr_opensearch.bundle.fit``) and ``sparse_query_weights`` (``{"kind": "idf", "file": ...}``;
+``lr_opensearch.fit.tables``) and ``sparse_query_weights`` (``{"kind": "idf", "file": ...}``;
 without it a query's sparse weights are token counts).
 
 Loading executes no code: JSON, ``tokenizers`` and safetensors read through ``numpy``.
@@ -259,7 +259,7 @@ class Bundle:
 
     @property
     def fit(self) -> Mapping[str, Any] | None:
-        """How the tables were fitted to a corpus (``lr_opensearch.bundle.fit``), or None."""
+        """How the tables were fitted to a corpus (``lr_opensearch.fit.tables``), or None."""
         return self.manifest.get("fit")
 
     @property

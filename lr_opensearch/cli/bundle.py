@@ -1,10 +1,10 @@
 """``lr bundle``: build a bundle from an HF checkpoint and inspect bundles.
 
 ``lr bundle info BUNDLE [--json] [--verify]`` reads the manifest (no torch);
-``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.bundle.build.build_bundle``
+``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.fit.build.build_bundle``
 (imported only then: it needs torch); without ``--model`` it uses the packaged
 all-MiniLM-L6-v2. ``--fit-corpus PATH`` (repeatable) fits the query tables and the IDF
-sparse query weights to a corpus (``lr_opensearch.bundle.fit``).
+sparse query weights to a corpus (``lr_opensearch.fit.tables``).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def distill_setting(epochs: int | None) -> Any:
     """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
     import dataclasses
 
-    from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
+    from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig
 
     if epochs is None:
         return DEFAULT_DISTILL
@@ -139,9 +139,9 @@ def distill_setting(epochs: int | None) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lr_opensearch.bundle.build import build_bundle
-    from lr_opensearch.bundle.fit import FitRecipe
-    from lr_opensearch.bundle.pseudo import MAX_QUERIES
+    from lr_opensearch.fit.build import build_bundle
+    from lr_opensearch.fit.pseudo import MAX_QUERIES
+    from lr_opensearch.fit.tables import FitRecipe
 
     if args.no_fit and (args.fit_corpus or args.fit_queries):
         raise ConfigError("--no-fit contradicts --fit-corpus / --fit-queries; give one or the other")

@@ -13,11 +13,11 @@ from lr_opensearch.cli.common import (
     layout_opts,
 )
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
-from lr_opensearch.engine.calibration import DEFAULT_SAMPLE_DOCS
 from lr_opensearch.engine.client import ENGINE_NAMES
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
+from lr_opensearch.search.calibration import DEFAULT_SAMPLE_DOCS
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
@@ -162,9 +162,9 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.common import bundle_path
-    from lr_opensearch.engine.calibration import Shape, calibrate
     from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.search.calibration import Shape, calibrate
 
     client = client_from_args(args)
     adapter = make_adapter(client)

@@ -147,13 +147,13 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
     calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
     returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
     from lr_opensearch.cluster.requests import calibrated_template, template_id
-    from lr_opensearch.engine.calibration import (
+    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+    from lr_opensearch.search.calibration import (
         CALIBRATION_KEY,
         Calibration,
         Shape,
         calibrate,
     )
-    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
 
     adapter = make_adapter(client)
     meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)

@@ -8,7 +8,7 @@ writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` 
 
 With fit corpora (``lr bundle build --fit-corpus``), the tables are then fitted so that the
 mean of a query's rows approximates the full model's embedding of the query, and IDF
-sparse query weights are computed (``lr_opensearch.bundle.fit``); the targets come from
+sparse query weights are computed (``lr_opensearch.fit.tables``); the targets come from
 the model's own document forward through ``DocEncoder``, exactly as the ``full-dense``
 evaluation run encodes a query.
 """
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
-from lr_opensearch.bundle.fit import FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from lr_opensearch.bundle.distill import DistillStats
+from lr_opensearch.fit.distill import DistillStats
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.bundle.pseudo import file_facts, fitted_on
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.pseudo import file_facts, fitted_on
 
 from .load_lease import locked_meta
 

@@ -6,7 +6,7 @@ A leg's engine score depends on the index (BM25 and the sparse dot product on it
 statistics and weights, the knn score on the model), so the scale is measured on the index
 itself, with queries the corpus provides and never with judgments: ``sample_docs``
 documents drawn from the index (seeded ``random_score``), their pseudo-queries cut as the
-bundle fit cuts them (:func:`lr_opensearch.bundle.pseudo.make_pseudo_queries`: the title, a
+bundle fit cuts them (:func:`lr_opensearch.fit.pseudo.make_pseudo_queries`: the title, a
 sentence, a span of words), each searched by each leg alone. Per leg (and query shape: see
 :func:`leg_key`) it records the mean and median top-1 engine score and the mean of the top
 :data:`TOP_N` scores; a calibrated search boosts each leg's clause by ``weight / scale``,
@@ -163,7 +163,7 @@ def sample_documents(adapter: EngineAdapter, index: str, n: int,
 
 def pseudo_queries(docs: Sequence[tuple[str, str]], seed: int) -> list[str]:
     """Per document: its title, one sentence and one span of words (the fit's recipes)."""
-    from lr_opensearch.bundle.pseudo import make_pseudo_queries
+    from lr_opensearch.fit.pseudo import make_pseudo_queries
 
     pq = make_pseudo_queries(docs, sentences_per_doc=1, spans_per_doc=1, passage_share=0.0,
                              seed=seed)

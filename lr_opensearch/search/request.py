@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lr_opensearch import legs
-from lr_opensearch.engine.calibration import Shape
 from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
@@ -31,6 +30,7 @@ from lr_opensearch.options import (
     SEMANTICS,
     choice,
 )
+from lr_opensearch.search.calibration import Shape
 
 EXPLAIN_TOP_TOKENS = 5
 
@@ -53,7 +53,7 @@ class SearchOptions:
             engine's hybrid query cannot skip: see ``options.CLIENT_FUSION_MIN_DOCS``),
             ``server``, ``client``, or ``calibrated``: one ``bool`` query of the legs'
             clauses boosted by weight / the leg's scale measured on the index (``lr index
-            calibrate``; :mod:`lr_opensearch.engine.calibration`), ``k`` hits, no
+            calibrate``; :mod:`lr_opensearch.search.calibration`), ``k`` hits, no
             normalisation; the dense leg's knn ``k`` is ``candidates``.
         sparse_tokens / text_fields: the query's shape: send the sparse leg only the query's
             that many heaviest tokens (0: all) and search BM25 on these text fields; None:
