@@ -274,7 +274,7 @@ def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: 
 def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
     """Text-only legs (``neural``, ``neural_sparse``, ``match``) in the one query: each
     boost sits where OpenSearch reads it, the BM25 clause on the shape's field."""
-    from lr_opensearch.cluster.requests import text_sub_queries
+    from lr_opensearch.search.incluster import text_sub_queries
 
     record = {"models": {"dense": "D", "sparse": "S"}}
     sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
@@ -293,9 +293,9 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     """The stored template (``lr models deploy`` stores it) renders, for any text (quotes,
     backslashes), exactly the calibrated body of the text-only legs: checked through the
     node's own ``_render/template`` (no ml-commons needed to render)."""
-    from lr_opensearch.cluster import mlapi
     from lr_opensearch.cluster.deploy import store_template
-    from lr_opensearch.cluster.requests import TEMPLATE_PARAM, text_sub_queries
+    from lr_opensearch.engine import mlapi
+    from lr_opensearch.search.incluster import TEMPLATE_PARAM, text_sub_queries
 
     bundle, index, *_ = corpus
     adapter = make_adapter(engine_client)

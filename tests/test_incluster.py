@@ -29,10 +29,10 @@ from lr_opensearch.cluster import (
     deploy_bundle,
     export_dense,
     export_sparse,
-    mlapi,
     text_hybrid_body,
 )
 from lr_opensearch.cluster.deploy import ensure_model
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.client import make_client
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import EngineError
@@ -129,7 +129,7 @@ def test_search_template_is_the_calibrated_one_query(adi: dict[str, Any],
     """``GET /<index>/_search/template`` with the query text as the one parameter (the
     template ``lr models deploy`` stored) ranks as ``fusion="calibrated"`` with in-cluster
     encoding, and as the client's encoding with every sparse token."""
-    from lr_opensearch.cluster.requests import TEMPLATE_PARAM
+    from lr_opensearch.search.incluster import TEMPLATE_PARAM
 
     rec, index = adi["record"], adi["index"]
     assert rec["template"] == f"lr-calibrated-{index}"
@@ -168,7 +168,7 @@ def test_readme_template_curl_is_the_calibrated_one_query(adi: dict[str, Any], m
     import json
     import subprocess
 
-    from lr_opensearch.cluster.requests import TEMPLATE_PARAM
+    from lr_opensearch.search.incluster import TEMPLATE_PARAM
 
     index, template = adi["index"], adi["record"]["template"]
     shown = _readme_template_curl()

@@ -22,19 +22,19 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.bundle import Bundle
-from lr_opensearch.cluster import mlapi
 from lr_opensearch.cluster.export import (
     ModelZip,
     cluster_max_tokens,
     export_dense,
     export_sparse,
 )
-from lr_opensearch.cluster.requests import CLUSTER_KEY
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
 from lr_opensearch.engine.templates import META_KEY, render_hybrid_pipeline
 from lr_opensearch.legs import fusion_config
+from lr_opensearch.search.incluster import CLUSTER_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,6 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
     """Store the index's text-only calibrated query as a search template (the index is
     calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
     returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
-    from lr_opensearch.cluster.requests import calibrated_template, template_id
     from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
     from lr_opensearch.search.calibration import (
         CALIBRATION_KEY,
@@ -154,6 +153,7 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
         Shape,
         calibrate,
     )
+    from lr_opensearch.search.incluster import calibrated_template, template_id
 
     adapter = make_adapter(client)
     meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)

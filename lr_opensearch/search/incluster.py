@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lr_opensearch import legs
-from lr_opensearch.cluster import mlapi
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.adapter import EngineAdapter
 from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter

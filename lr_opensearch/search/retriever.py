@@ -123,7 +123,7 @@ class Retriever:
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
         meta = self.adapter.check_bundle(index, bundle) if check_bundle else None
         if self.encode == "cluster":  # the same _meta read serves both (one mapping read)
-            from lr_opensearch.cluster.requests import serving_record
+            from lr_opensearch.search.incluster import serving_record
 
             self.cluster = serving_record(self.adapter, index, meta)
         self.one_query = OneQuery(self.adapter, self.index, in_cluster=self.cluster is not None)
@@ -398,7 +398,7 @@ class Retriever:
         ctx = req.shape.context(max(req.options.candidates, req.page_end), filter=req.filter,
                                 ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
-            from lr_opensearch.cluster.requests import text_sub_queries
+            from lr_opensearch.search.incluster import text_sub_queries
 
             assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
             return [tuple(text_sub_queries(self.cluster, text, req.legs, ctx,
