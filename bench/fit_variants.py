@@ -58,7 +58,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parser  # noqa: E402
 from model_choice import DEPTH, fused_run, leg_lists, model_arrays, read_legs, runs_of, top_k  # noqa: E402
 
-from lr_opensearch.engine.scores import score_from_inner_product  # noqa: E402
 from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir  # noqa: E402
 from lr_opensearch.fit.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
 from lr_opensearch.fit.ridge import LAMS, fit_table, token_bags  # noqa: E402
@@ -66,6 +65,7 @@ from lr_opensearch.fit.tables import doc_frequencies, idf_weights, prepare_fit, 
 from lr_opensearch.instructions import document_text  # noqa: E402
 from lr_opensearch.legs.builtin import DENSE, FULL  # noqa: E402
 from lr_opensearch.legs.registry import reference_weights  # noqa: E402
+from lr_opensearch.legs.scores import score_from_inner_product  # noqa: E402
 
 logger = logging.getLogger("fit_variants")
 

@@ -357,7 +357,7 @@ RUNS = (BM25.run, FULL.run, DENSE.run, SPARSE.run, HYBRID_RUN, REFERENCE_RUN)
 def leg_lists(arrays: Any, facts: Mapping[str, Any], bm25: Mapping[str, Any], collection: str,
               split: str) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """{leg: {qid: [(doc id, engine score), ...]}} of one collection split."""
-    from lr_opensearch.engine.scores import score_from_inner_product
+    from lr_opensearch.legs.scores import score_from_inner_product
 
     doc_ids = facts["doc_ids"]
     qids = facts["splits"][split]

@@ -18,11 +18,11 @@ from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import LegContext
 from lr_opensearch.legs.builtin import heaviest
+from lr_opensearch.legs.scores import score_from_inner_product
 from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
 from lr_opensearch.search import Retriever
 from lr_opensearch.search.calibration import (

@@ -9,9 +9,9 @@ from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.clauses import filter_clauses
 from lr_opensearch.engine.opensearch import OpenSearchAdapter, pipeline_name
 from lr_opensearch.engine.results import EngineHit, EngineResult, parse_response
-from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import fusion_config
+from lr_opensearch.legs.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.search.explain import token_contributions
 from lr_opensearch.search.fusion import fuse
 from lr_opensearch.search.hits import (

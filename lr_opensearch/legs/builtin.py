@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.legs.leg import (
     FULL_QUERY_VECTOR,
     QUERY_TEXT,
@@ -24,6 +23,7 @@ from lr_opensearch.legs.leg import (
     LegContext,
     SubQueryBuilder,
 )
+from lr_opensearch.legs.scores import inner_product_from_score, score_from_inner_product
 
 
 def knn_sub_query(adapter: SubQueryBuilder, vector: Any, ctx: LegContext) -> dict[str, Any]:

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.engine.factory import make_adapter
-from lr_opensearch.engine.scores import inner_product_from_score
 from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.legs.scores import inner_product_from_score
 from lr_opensearch.options import DEFAULT_RERANK_DEPTH
 from lr_opensearch.search.hits import Hit
 
