@@ -323,3 +323,28 @@ def test_the_legs_module_is_not_shadowed() -> None:
     assert legs_shadowing("from lr_opensearch import legs\ndef f(legs): legs = 1\n") == \
         ["<src>:2", "<src>:2"]
     assert legs_shadowing("def f(legs): pass\n") == []
+
+
+META_ROOM = REPO / "lr_opensearch" / "engine"
+
+
+def meta_edits(source: str, where: str = "<src>") -> list[str]:
+    """Hand edits of an index's ``_meta``: a ``"_meta"`` string constant (reading the
+    mapping's ``_meta`` by hand) or a ``put_index_meta`` call (writing it whole)."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    return [f"{where}:{node.lineno}" for node in ast.walk(tree)
+            if (isinstance(node, ast.Constant) and node.value == "_meta" and id(node) not in docs)
+            or (isinstance(node, ast.Attribute) and node.attr == "put_index_meta")]
+
+
+def test_meta_is_changed_only_through_the_adapter() -> None:
+    """Outside the engine room, ``_meta`` is read and changed one key at a time
+    (``adapter.meta_value``, ``adapter.update_meta``, ``engine.meta.meta_of``): a whole
+    ``_meta`` read, changed and written back loses a concurrent writer's keys."""
+    bad = [hit for pkg in PACKAGES for path in sorted((REPO / pkg).rglob("*.py"))
+           if META_ROOM not in path.parents
+           for hit in meta_edits(path.read_text(), str(path.relative_to(REPO)))]
+    assert not bad, f"_meta edited by hand outside lr_opensearch/engine/: {bad}"
+    assert meta_edits('m = mapping.get("_meta", {})\nadapter.put_index_meta(i, m)\n') == \
+        ["<src>:1", "<src>:2"]

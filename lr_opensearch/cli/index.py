@@ -14,6 +14,7 @@ from lr_opensearch.cli.common import (
 )
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
 from lr_opensearch.engine.client import ENGINE_NAMES
+from lr_opensearch.engine.meta import meta_of
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
@@ -61,7 +62,7 @@ def index_info(client: Any, index: str) -> dict[str, Any]:
 
     adapter = make_adapter(client)
     mapping = adapter.index_mapping(index)
-    meta = mapping.get("_meta", {}).get(META_KEY, {})
+    meta = meta_of(mapping, META_KEY) or {}
     stats = client.indices.stats(index=index, metric="docs,store")["_all"]["primaries"]
     settings = adapter.index_settings(index)
     props = mapping.get("properties", {})
@@ -115,7 +116,7 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
     adapter = make_adapter(client)
     out = []
     for name, mapping in sorted(adapter.index_mappings("*", closed=True).items()):
-        meta = mapping.get("_meta", {}).get(META_KEY)
+        meta = meta_of(mapping, META_KEY)
         if not meta:
             continue
         try:

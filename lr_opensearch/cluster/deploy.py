@@ -156,7 +156,7 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
     from lr_opensearch.search.incluster import calibrated_template, template_id
 
     adapter = make_adapter(client)
-    meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
+    meta = adapter.meta_value(index, CALIBRATION_KEY)
     calibration = (Calibration.from_meta(meta, index) if meta
                    else calibrate(adapter, index, bundle))
     shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
@@ -176,9 +176,7 @@ def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipelin
     mlapi.request(client, "PUT", f"/_search/pipeline/{record['pipeline']}", pipeline_body(record),
                   what=f"creating search pipeline {record['pipeline']}")
     adapter = make_adapter(client)
-    meta = dict(adapter.index_mapping(index).get("_meta", {}))
-    meta[META_KEY] = {**meta.get(META_KEY, {}), CLUSTER_KEY: record}
-    adapter.put_index_meta(index, meta)
+    adapter.update_meta(index, META_KEY, lambda old: {**(old or {}), CLUSTER_KEY: record})
     if default_pipeline:
         adapter.put_index_settings(index, {"search.default_pipeline": record["pipeline"]})
 

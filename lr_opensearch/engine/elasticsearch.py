@@ -265,6 +265,12 @@ class ElasticsearchAdapter(EngineAdapter):
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, meta=meta)
 
+    def _create_doc(self, index: str, doc_id: str, doc: dict[str, Any]) -> Any:
+        return self.client.create(index=index, id=doc_id, document=doc)
+
+    def _create_plain(self, index: str, settings: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, settings=settings)
+
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """The bundle check of every engine (every concrete index behind ``index``), then
         the sparse field type (``auto``; the indices must agree on it)."""

@@ -40,6 +40,7 @@ from lr_opensearch.engine.clauses import (
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.engine.meta import meta_of
 from lr_opensearch.engine.results import EngineResult
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
@@ -290,7 +291,7 @@ class OpenSearchAdapter(EngineAdapter):
         ``sparse_vector`` layout searches its companion index by token id (one index)."""
         mappings = self.index_mappings(index)  # one read for both checks
         meta = self._check_mappings(index, mappings, bundle)
-        metas = {name: mapping.get("_meta", {}).get(META_KEY, {})
+        metas = {name: meta_of(mapping, META_KEY) or {}
                  for name, mapping in mappings.items()}
         companions = sorted(name for name, m in metas.items() if m.get("format") == COMPANION_FORMAT)
         if companions:
@@ -374,6 +375,12 @@ class OpenSearchAdapter(EngineAdapter):
 
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, body={"_meta": meta})
+
+    def _create_doc(self, index: str, doc_id: str, doc: dict[str, Any]) -> Any:
+        return self.client.create(index=index, id=doc_id, body=doc)
+
+    def _create_plain(self, index: str, settings: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, body={"settings": settings})
 
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,
              max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:

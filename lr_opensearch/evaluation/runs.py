@@ -132,7 +132,7 @@ def ensure_calibrated(client: Any, bundle: Bundle, index: str) -> None:
     from lr_opensearch.search.calibration import CALIBRATION_KEY, calibrate
 
     adapter = make_adapter(client)
-    if not adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY):
+    if not adapter.meta_value(index, CALIBRATION_KEY):
         calibrate(adapter, index, bundle)
 
 

@@ -144,7 +144,7 @@ class Calibration:
 def read_calibration(adapter: EngineAdapter, index: str) -> Calibration:
     """The calibration recorded in ``index``'s ``_meta`` (of a target of several indices:
     the first's); the error says how to make one."""
-    meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
+    meta = adapter.meta_value(index, CALIBRATION_KEY)
     if not meta:
         raise ConfigError(f"index {index!r} has no calibration (_meta.{CALIBRATION_KEY}), which "
                           f"fusion 'calibrated' needs; run `lr index calibrate --index {index}`")
@@ -232,9 +232,7 @@ def calibrate(adapter: EngineAdapter, index: str, bundle: Bundle, *,
               "seconds": round(time.perf_counter() - started, 2)}
     calibration = Calibration(scales, method)
     if write:
-        mapping_meta = dict(adapter.index_mapping(index).get("_meta", {}))
-        mapping_meta[CALIBRATION_KEY] = calibration.to_meta()
-        adapter.put_index_meta(index, mapping_meta)
+        adapter.update_meta(index, CALIBRATION_KEY, lambda _: calibration.to_meta())
     logger.info("calibrated %s on %d pseudo-queries of %d documents in %.1f s: %s", index,
                 len(texts), len(docs), method["seconds"],
                 ", ".join(f"{k} {v.top1_mean:.3g}" for k, v in scales.items()))
