@@ -294,7 +294,6 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     backslashes), exactly the calibrated body of the text-only legs: checked through the
     node's own ``_render/template`` (no ml-commons needed to render)."""
     from lr_opensearch.cluster.deploy import store_template
-    from lr_opensearch.engine import mlapi
     from lr_opensearch.search.incluster import TEMPLATE_PARAM, text_sub_queries
 
     bundle, index, *_ = corpus
@@ -305,8 +304,8 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
               "weights": [0.4, 0.2, 0.4], "dense_field": "lr_dense", "sparse_field": "lr_sparse"}
     name = store_template(engine_client, index, record, bundle)
     text = 'heat "flow" \\ tower'
-    rendered = mlapi.request(engine_client, "POST", "/_render/template",
-                             {"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
+    rendered = engine_client.render_search_template(
+        body={"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
     shape = Shape(None, ("text",))
     boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
@@ -315,6 +314,6 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
         [boosts[n] for n in record["legs"]], size=10,
         source={"excludes": ["lr_dense", "lr_sparse"]})
     assert rendered == want
-    sized = mlapi.request(engine_client, "POST", "/_render/template",
-                          {"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
+    sized = engine_client.render_search_template(
+        body={"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
     assert sized["template_output"]["size"] == 3

@@ -164,17 +164,16 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
     source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
                                  k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
     name = template_id(index)
-    mlapi.request(client, "PUT", f"/_scripts/{name}",
-                  {"script": {"lang": "mustache", "source": source}},
-                  what=f"storing search template {name}")
+    mlapi.call(f"storing search template {name}", client.put_script, id=name,
+               body={"script": {"lang": "mustache", "source": source}})
     return name
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:
     """The search pipeline, the record in the index's ``_meta.lightretriever`` (through the
     engine adapter, as every other ``_meta`` write) and, asked, the default pipeline."""
-    mlapi.request(client, "PUT", f"/_search/pipeline/{record['pipeline']}", pipeline_body(record),
-                  what=f"creating search pipeline {record['pipeline']}")
+    mlapi.call(f"creating search pipeline {record['pipeline']}", client.search_pipeline.put,
+               id=record["pipeline"], body=pipeline_body(record))
     adapter = make_adapter(client)
     adapter.update_meta(index, META_KEY, lambda old: {**(old or {}), CLUSTER_KEY: record})
     if default_pipeline:
