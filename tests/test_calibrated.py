@@ -67,7 +67,7 @@ def test_leg_keys_name_the_shape() -> None:
 def test_one_query_flattens_the_legs_and_applies_the_filter_once() -> None:
     adapter = OpenSearchAdapter(None)
     flt = {"term": {"metadata.group": "a"}}
-    ctx = legs.LegContext(k=30, filter=flt, sparse_tokens=2, text_fields=("text",))
+    ctx = legs.LegContext(knn_depth=30, filter=flt, sparse_tokens=2, text_fields=("text",))
     sub = [legs.get("dense").sub_query(adapter, np.ones(4, np.float32), ctx),
            legs.get("sparse").sub_query(adapter, {"k1": 1.0, "k2": 3.0, "k3": 2.0}, ctx),
            legs.get("bm25").sub_query(adapter, "heat flow", ctx)]
@@ -278,7 +278,7 @@ def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
 
     record = {"models": {"dense": "D", "sparse": "S"}}
     sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
-                           LegContext(k=20, text_fields=("text",)))
+                           LegContext(knn_depth=20, text_fields=("text",)))
     body = OpenSearchAdapter(None).calibrated_body(sub, [0.5, 0.1, 0.25], size=10)
     neural, sparse, match = body["query"]["bool"]["should"]
     assert neural == {"neural": {"lr_dense": {"query_text": "heat flow", "k": 20,
@@ -310,7 +310,7 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
     want = adapter.calibrated_body(
-        text_sub_queries(record, text, record["legs"], LegContext(k=50, text_fields=("text",))),
+        text_sub_queries(record, text, record["legs"], LegContext(knn_depth=50, text_fields=("text",))),
         [boosts[n] for n in record["legs"]], size=10,
         source={"excludes": ["lr_dense", "lr_sparse"]})
     assert rendered == want

@@ -162,7 +162,7 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
     shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
     weights = dict(zip(record["legs"], record["weights"], strict=True))
     source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
-                                 k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
+                                 knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
     name = template_id(index)
     mlapi.call(f"storing search template {name}", client.put_script, id=name,
                body={"script": {"lang": "mustache", "source": source}})

@@ -73,13 +73,13 @@ class EngineAdapter:
         self._told_capped = False
 
     # ---- query clauses (the engine's DSL) ----------------------------------------------
-    def dense_query(self, vector: np.ndarray, *, k: int, filter: Filter = None,
+    def dense_query(self, vector: np.ndarray, *, knn_depth: int, filter: Filter = None,
                     ef_search: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
-                     k: int | None = None, seismic: Any = None) -> dict[str, Any]:
-        """The sparse dot product of ``sparse`` ({key: weight}); ``k`` (hits) and ``seismic``
+                     knn_depth: int | None = None, seismic: Any = None) -> dict[str, Any]:
+        """The sparse dot product of ``sparse`` ({key: weight}); ``knn_depth`` (hits) and ``seismic``
         (:class:`~lr_opensearch.engine.seismic.SeismicSearch`) serve an approximate layout."""
         raise NotImplementedError
 

@@ -100,10 +100,12 @@ class OpenSearchAdapter(EngineAdapter):
 
     # ---- query clauses -------------------------------------------------------------
     def dense_query(
-        self, vector: np.ndarray, *, k: int, filter: Filter = None, ef_search: int | None = None
+        self, vector: np.ndarray, *, knn_depth: int, filter: Filter = None,
+        ef_search: int | None = None
     ) -> dict[str, Any]:
-        """``knn`` clause with efficient filtering. vector: [served_dim]."""
-        knn: dict[str, Any] = {"vector": vector_list(vector), "k": int(k)}
+        """``knn`` clause with efficient filtering, ``knn_depth`` neighbours (the engine's
+        ``k``). vector: [served_dim]."""
+        knn: dict[str, Any] = {"vector": vector_list(vector), "k": int(knn_depth)}
         flt = one_filter(filter_clauses(filter))
         if flt is not None:
             knn["filter"] = flt
@@ -113,12 +115,13 @@ class OpenSearchAdapter(EngineAdapter):
         return {"knn": {self.dense_field: knn}}
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
-                     k: int | None = None, seismic: SeismicSearch | None = None) -> dict[str, Any]:
+                     knn_depth: int | None = None,
+                     seismic: SeismicSearch | None = None) -> dict[str, Any]:
         """``bool.should`` of linear ``rank_feature`` clauses (match_none if no key); on the
-        ``sparse_vector`` layout ``neural_sparse`` by token id, ``k`` hits (default 10),
-        with the ``seismic`` knobs."""
+        ``sparse_vector`` layout ``neural_sparse`` by token id, ``knn_depth`` hits (default
+        10), with the ``seismic`` knobs."""
         if self.sparse_layout == SPARSE_VECTOR:
-            return seismic_query(self.sparse_field, sparse, self._token_ids, k=k or 10,
+            return seismic_query(self.sparse_field, sparse, self._token_ids, k=knn_depth or 10,
                                  knobs=seismic or SeismicSearch(),
                                  filter=one_filter(filter_clauses(filter)))
         should = rank_feature_clauses(sparse, self.sparse_field)
@@ -130,11 +133,12 @@ class OpenSearchAdapter(EngineAdapter):
             query["bool"]["filter"] = clauses
         return query
 
-    def neural_query(self, text: str, *, model_id: str | None, k: int, filter: Filter = None,
-                     ef_search: int | None = None) -> dict[str, Any]:
+    def neural_query(self, text: str, *, model_id: str | None, knn_depth: int,
+                     filter: Filter = None, ef_search: int | None = None) -> dict[str, Any]:
         """``neural`` on the dense field: the cluster's model embeds ``text`` (model_id None:
-        the search pipeline's enricher names it); the same ``k`` and filter as :meth:`dense_query`."""
-        neural: dict[str, Any] = {"query_text": text, "k": int(k)}
+        the search pipeline's enricher names it); the same ``knn_depth`` and filter as
+        :meth:`dense_query`."""
+        neural: dict[str, Any] = {"query_text": text, "k": int(knn_depth)}
         if model_id is not None:
             neural["model_id"] = model_id
         flt = one_filter(filter_clauses(filter))

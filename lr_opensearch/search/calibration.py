@@ -69,8 +69,8 @@ class Shape:
             object.__setattr__(self, "text_fields", None if set(fields) == set(TEXT_FIELDS)
                                else fields)
 
-    def context(self, k: int, **extra: Any) -> legs.LegContext:
-        return legs.LegContext(k=k, sparse_tokens=self.sparse_tokens,
+    def context(self, knn_depth: int, **extra: Any) -> legs.LegContext:
+        return legs.LegContext(knn_depth=knn_depth, sparse_tokens=self.sparse_tokens,
                                text_fields=self.text_fields, **extra)
 
 

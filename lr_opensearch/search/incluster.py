@@ -28,6 +28,7 @@ from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.seismic import SPARSE_VECTOR
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import LegContext, fusion_config
+from lr_opensearch.search.request import knn_depth as knn_depth_of
 
 CLUSTER_KEY = "cluster"  # _meta.lightretriever.cluster
 
@@ -118,7 +119,7 @@ def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
     the record's pipeline when it is not the index default)."""
     adapter = OpenSearchAdapter(None)
     subs = text_sub_queries(record, text, record["legs"],
-                            LegContext(k=max(candidates, size), filter=filter),
+                            LegContext(knn_depth=knn_depth_of(candidates, size), filter=filter),
                             model_ids=model_ids, adapter=adapter)
     config = fusion_config(dict(zip(record["legs"], record["weights"], strict=True)))
     return adapter.hybrid_body(subs, config, size=size, per_leg=candidates, inline_pipeline=False,
@@ -136,7 +137,7 @@ def template_id(index: str) -> str:
 
 
 def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], *,
-                        k: int, size: int = 10,
+                        knn_depth: int, size: int = 10,
                         text_fields: tuple[str, ...] | None = None) -> str:
     """The mustache source of the text-only one query (``fusion="calibrated"``): the
     record's legs as ``neural`` / ``neural_sparse`` / ``match`` clauses boosted by
@@ -146,7 +147,8 @@ def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], 
     ...}}`` runs it."""
     adapter = OpenSearchAdapter(None)
     subs = text_sub_queries(record, _SLOT, record["legs"],
-                            LegContext(k=k, text_fields=text_fields), adapter=adapter)
+                            LegContext(knn_depth=knn_depth, text_fields=text_fields),
+                            adapter=adapter)
     body = adapter.calibrated_body(subs, [boosts[name] for name in record["legs"]], size=size,
                                    source={"excludes": [record["dense_field"],
                                                         record["sparse_field"]]})

@@ -214,6 +214,12 @@ class SearchRequest:
             self.options.candidates, self.page_end)
 
     @property
+    def knn_depth(self) -> int:
+        """The neighbours a knn (and the approximate sparse search) collects, on every path:
+        :func:`knn_depth` of the candidates and the page's end."""
+        return knn_depth(self.options.candidates, self.page_end)
+
+    @property
     def shape(self) -> Shape:
         return self.options.shape(self.path)
 
@@ -221,6 +227,12 @@ class SearchRequest:
     def legs(self) -> tuple[str, ...]:
         """The legs searched, in sub-query order."""
         return self.config.legs if self.mode == legs.HYBRID else (self.mode,)
+
+
+def knn_depth(candidates: int, page_end: int) -> int:
+    """The knn depth (the engines' knn ``k``) of a search: the candidates, and at least the
+    page's end (the hits a request returns cannot be more than the knn found)."""
+    return max(candidates, page_end)
 
 
 def engine_timeout(timeout: float | str | None) -> str | None:

@@ -8,8 +8,10 @@ the ``linear`` / ``rrf`` retrievers, semantics ``linear``, Enterprise or trial l
 otherwise every sub-query goes out in one ``_msearch`` and :mod:`lr_opensearch.search.fusion`
 fuses them, with one log line saying why. ``fusion="server"|"client"`` forces a path.
 
-Every sub-query retrieves ``per_leg = max(candidates, from_ + k)`` hits (knn ``k`` = per_leg),
-the fused list is cut to ``[from_, page_end)`` with ``page_end = from_ + k``; server and client paths see the same lists.
+A page is ``k`` hits from ``from_``: the fused list is cut to ``[from_, page_end)`` with
+``page_end = from_ + k``. When fusing, every sub-query retrieves ``per_leg = max(candidates,
+page_end)`` hits; a knn collects ``knn_depth = max(candidates, page_end)`` neighbours on
+every path (``SearchRequest``); server and client paths see the same lists.
 """
 
 from __future__ import annotations
@@ -395,7 +397,7 @@ class Retriever:
                      n: int) -> list[SubQueries]:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
-        ctx = req.shape.context(max(req.options.candidates, req.page_end), filter=req.filter,
+        ctx = req.shape.context(req.knn_depth, filter=req.filter,
                                 ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.search.incluster import text_sub_queries
