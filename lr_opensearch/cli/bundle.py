@@ -139,7 +139,7 @@ def distill_setting(epochs: int | None) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lr_opensearch.fit.build import build_bundle
+    from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
     from lr_opensearch.fit.pseudo import MAX_QUERIES
     from lr_opensearch.fit.tables import FitRecipe
 
@@ -154,16 +154,18 @@ def run_build(args: argparse.Namespace) -> int:
             "--fit-corpus YOUR_CORPUS.jsonl (see `lr bundle build --help`), or pass --no-fit.")
     start = time.perf_counter()
     path = build_bundle(
-        args.model, args.out, instructions=parse_instructions(args.instruction),
-        pooling=args.pooling, normalize=args.normalize, sparse_head=args.sparse_head,
-        max_length=args.max_length, served_dim=args.served_dim, batch_size=args.batch_size,
+        args.model, args.out,
+        backbone=BackboneSettings(pooling=args.pooling, normalize=args.normalize,
+                                  sparse_head=args.sparse_head, device=args.device),
+        tables=TableSettings(instructions=parse_instructions(args.instruction),
+                             max_length=args.max_length, served_dim=args.served_dim,
+                             batch_size=args.batch_size),
         **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
         overwrite=args.overwrite,
         fit=FitRecipe(corpora=tuple(args.fit_corpus or ()), queries=tuple(args.fit_queries or ()),
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
                       encode_precision=args.encode_precision),
-        device=args.device,
     )
     from lr_opensearch.bundle import load_bundle
 
