@@ -108,7 +108,7 @@ def test_no_import_circles() -> None:
 # artifact, never the workshop (fit/) that builds and fits it; search/ stands on the
 # engine room, cluster/ (deploy) and indexing/ on search/. A new room goes in one layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "cache", "progress", "options", "instructions"),
+    ("errors", "cache", "progress", "options", "instructions", "version"),
     ("legs", "node", "packaged"),
     ("bundle",),
     ("engine", "model", "query"),
@@ -348,3 +348,22 @@ def test_meta_is_changed_only_through_the_adapter() -> None:
     assert not bad, f"_meta edited by hand outside lr_opensearch/engine/: {bad}"
     assert meta_edits('m = mapping.get("_meta", {})\nadapter.put_index_meta(i, m)\n') == \
         ["<src>:1", "<src>:2"]
+
+
+def root_imports(source: str, modules: set[str], where: str = "<src>") -> list[str]:
+    """``from lr_opensearch import NAME`` of a name that is no module: it needs the package
+    root (the public surface, which imports every public room) inside the library."""
+    return [f"{where}:{node.lineno}: {a.name}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) and node.module == "lr_opensearch"
+            and not node.level for a in node.names if f"lr_opensearch.{a.name}" not in modules]
+
+
+def test_the_library_never_imports_from_its_package_root() -> None:
+    """The version and the rest come from their own modules (``lr_opensearch.version``),
+    never from the package root, an arrow from every room up to the top."""
+    modules = set(_modules())
+    bad = [hit for path in sorted((REPO / "lr_opensearch").rglob("*.py"))
+           for hit in root_imports(path.read_text(), modules, str(path.relative_to(REPO)))]
+    assert not bad, f"imports from the package root inside the library: {bad}"
+    assert root_imports("from lr_opensearch import __version__, legs\n",
+                        {"lr_opensearch.legs"}) == ["<src>:1: __version__"]

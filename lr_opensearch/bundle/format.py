@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch import __version__
 from lr_opensearch.bundle.config import BundleConfig
 from lr_opensearch.bundle.files import (
     atomic_dir,
@@ -62,6 +61,7 @@ from lr_opensearch.bundle.files import (
     write_weights,
 )
 from lr_opensearch.errors import BundleError
+from lr_opensearch.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -204,8 +204,8 @@ def calibrate(adapter: EngineAdapter, index: str, bundle: Bundle, *,
     """Measure ``index``'s scales for every leg the query encoder or the text feeds, in
     each of ``shapes`` (default: every leg's full query and the ``calibrated`` fusion's
     default shape), and record them in its ``_meta`` (``write``)."""
-    from lr_opensearch import __version__
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.version import __version__
 
     started = time.perf_counter()
     if sample_docs < 1:
