@@ -61,7 +61,7 @@ from lr_opensearch.fit.pseudo import (
     read_records,
     with_queries,
 )
-from lr_opensearch.fit.ridge import TableFit, fit_table, token_bags
+from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
@@ -301,7 +301,7 @@ def fit_bundle_tables(
                              progress)
         t1 = time.perf_counter()
         fitted[name], fit = fit_table(tables[name], inputs.bags, targets, weights=inputs.weights,
-                                      seed=seed, progress=progress)
+                                      solve=RidgeSolve(seed=seed), progress=progress)
         fit.encode_seconds, fit.solve_seconds = t1 - t0, time.perf_counter() - t1
         if distill is not None and embed_docs is not None:
             if doc_vectors is None:
