@@ -217,7 +217,7 @@ def run_shape(retriever: Any, text: str, over: dict[str, Any], search: dict[str,
     """One search of a shape: the stored template as a curl user sends it, or the
     retriever's search."""
     if "template" in over:
-        from lr_opensearch.search.incluster import TEMPLATE_PARAM
+        from lr_opensearch.engine.text_queries import TEMPLATE_PARAM
 
         return retriever.adapter.client.transport.perform_request(
             "GET", f"/{retriever.index}/_search/template",

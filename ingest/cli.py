@@ -42,6 +42,7 @@ from lr_opensearch.indexing import (
     exit_code,
     run,
 )
+from lr_opensearch.indexing.outputs import check_outputs
 
 EPILOG = """\
 exit status: 0 every record indexed; 3 done, but some lines were skipped or refused (see the
@@ -217,8 +218,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def execute(config: IngestConfig) -> IngestSummary:
-    """One worker in this process, or the launcher's N local workers (``--workers N``)."""
+    """One worker in this process, or the launcher's N local workers (``--workers N``; the
+    summary file is the launcher's to write, so it is checked here, the rest by each worker)."""
     if config.workers > 1 and config.worker_id is None:
+        check_outputs(config, None)
         return launch(config)
     return run(config)
 

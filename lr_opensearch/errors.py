@@ -44,6 +44,12 @@ class IndexRefusedError(IngestError):
     without dead-lettering anything or moving its checkpoint."""
 
 
+class RequestRefusedError(IngestError):
+    """The cluster (or a proxy in front of it) refused a bulk request as a whole (401, 403,
+    404, 413 for a request of one small document, ...): the run stops without
+    dead-lettering anything or moving its checkpoint."""
+
+
 class CorpusError(IngestError):
     """A corpus record is malformed. Carries the file and line number."""
 

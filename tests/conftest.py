@@ -252,6 +252,14 @@ def index_name(request: pytest.FixtureRequest, os_client: Any) -> Iterator[str]:
     os_client.indices.delete(index=name, ignore_unavailable=True)
 
 
+@pytest.fixture
+def ingest_here(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``python -m ingest.bulk ARGS`` run in this process (tests/ingest_support.Here)."""
+    from ingest_support import Here
+
+    return Here(caplog, monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def es_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real Elasticsearch node: ``LR_TEST_ELASTICSEARCH_URL`` or a throwaway local

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from model_fixtures import save_model_dir, tiny_bert
 from tiny_artifacts import tiny_bundle
 
@@ -114,3 +116,26 @@ def ingest_adi(tmp_path: Path, url: str, index: str, limit: int) -> Path:
                      connection=ConnectionConfig(url=url), state_dir=tmp_path / "s",
                      progress=False))
     return bundle
+
+
+class Here:
+    """``python -m ingest.bulk ARGS`` in this process (the subprocess costs seconds of imports
+    a test at a time): the exit code and the ERROR lines it logged (fixture ``ingest_here``)."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.caplog, self.monkeypatch = caplog, monkeypatch
+
+    def __call__(self, args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+        from ingest.cli import main
+
+        for name, value in (env or {}).items():
+            self.monkeypatch.setenv(name, value)
+        self.caplog.clear()
+        with self.caplog.at_level(logging.INFO):
+            code = main(args)
+        return code, [r.getMessage() for r in self.caplog.records if r.levelno >= logging.ERROR]
+
+
+def dead_letters(path: Path) -> list[dict[str, Any]]:
+    """The entries of a dead-letter file (none when it does not exist)."""
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []

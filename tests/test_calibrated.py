@@ -274,7 +274,7 @@ def test_lr_search_explain_and_dsl(corpus: Any, calibrated: Any, engine_client: 
 def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
     """Text-only legs (``neural``, ``neural_sparse``, ``match``) in the one query: each
     boost sits where OpenSearch reads it, the BM25 clause on the shape's field."""
-    from lr_opensearch.search.incluster import text_sub_queries
+    from lr_opensearch.engine.text_queries import text_sub_queries
 
     record = {"models": {"dense": "D", "sparse": "S"}}
     sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
@@ -294,7 +294,7 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     backslashes), exactly the calibrated body of the text-only legs: checked through the
     node's own ``_render/template`` (no ml-commons needed to render)."""
     from lr_opensearch.cluster.deploy import store_template
-    from lr_opensearch.search.incluster import TEMPLATE_PARAM, text_sub_queries
+    from lr_opensearch.engine.text_queries import TEMPLATE_PARAM, text_sub_queries
 
     bundle, index, *_ = corpus
     adapter = make_adapter(engine_client)
@@ -317,3 +317,55 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     sized = engine_client.render_search_template(
         body={"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
     assert sized["template_output"]["size"] == 3
+
+
+def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: Any,
+                                                      engine_client: Any, request: Any,
+                                                      capsys: Any) -> None:
+    """The stored text-only template carries the boosts of the calibration it was rendered
+    with; ``lr index calibrate`` (as every ingest) writes new scales: the template is
+    rendered again, so it still renders exactly the calibrated body ``lr search
+    --in-cluster --fusion calibrated`` sends (its boosts read from the new scales)."""
+    from lr_opensearch.cli import main
+    from lr_opensearch.cluster.deploy import store_template
+    from lr_opensearch.engine.text_queries import CLUSTER_KEY, TEMPLATE_PARAM, text_sub_queries
+    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+
+    bundle, index, *_ = corpus
+    adapter = make_adapter(engine_client)
+    if adapter.engine != "opensearch":
+        return  # in-cluster encoding is OpenSearch's (ml-commons); nothing to check on ES
+    other = f"{index}-recal"
+    adapter.create_index(other, bundle)
+    engine_client.reindex(body={"source": {"index": index}, "dest": {"index": other}},
+                          refresh=True)
+    try:
+        calibrate(adapter, other, bundle, sample_docs=N_DOCS)
+        record = {"models": {"dense": "D", "sparse": "S"}, "legs": ["dense", "sparse", "bm25"],
+                  "weights": [0.4, 0.2, 0.4], "dense_field": "lr_dense",
+                  "sparse_field": "lr_sparse"}
+        record["template"] = store_template(engine_client, other, record, bundle)
+        # as lr models deploy does
+        adapter.update_meta(other, META_KEY, lambda old: {**(old or {}), CLUSTER_KEY: record})
+        shape = Shape(None, CALIBRATED_TEXT_FIELDS)
+        weights = dict(zip(record["legs"], record["weights"], strict=True))
+        before = read_calibration(adapter, other).boosts(weights, shape, index=other)
+
+        assert main(["index", "calibrate", "--index", other, "--bundle", str(bundle.path),
+                     "--url", request.getfixturevalue("opensearch_url"), "--sample-docs", "5",
+                     "--seed", "7"]) == 0
+        capsys.readouterr()
+        boosts = read_calibration(adapter, other).boosts(weights, shape, index=other)
+        assert boosts != before  # the new sample moved the scales
+        text = "boundary layer heat"
+        rendered = engine_client.render_search_template(
+            body={"id": record["template"], "params": {TEMPLATE_PARAM: text}})
+        want = adapter.calibrated_body(
+            text_sub_queries(record, text, record["legs"],
+                             LegContext(knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)),
+            [boosts[n] for n in record["legs"]], size=10,
+            source={"excludes": ["lr_dense", "lr_sparse"]})
+        assert rendered["template_output"] == want
+    finally:
+        engine_client.indices.delete(index=other, ignore_unavailable=True)
+        engine_client.delete_script(id=f"lr-calibrated-{other}", ignore=[404])

@@ -129,7 +129,7 @@ def test_search_template_is_the_calibrated_one_query(adi: dict[str, Any],
     """``GET /<index>/_search/template`` with the query text as the one parameter (the
     template ``lr models deploy`` stored) ranks as ``fusion="calibrated"`` with in-cluster
     encoding, and as the client's encoding with every sparse token."""
-    from lr_opensearch.search.incluster import TEMPLATE_PARAM
+    from lr_opensearch.engine.text_queries import TEMPLATE_PARAM
 
     rec, index = adi["record"], adi["index"]
     assert rec["template"] == f"lr-calibrated-{index}"
@@ -168,7 +168,7 @@ def test_readme_template_curl_is_the_calibrated_one_query(adi: dict[str, Any], m
     import json
     import subprocess
 
-    from lr_opensearch.search.incluster import TEMPLATE_PARAM
+    from lr_opensearch.engine.text_queries import TEMPLATE_PARAM
 
     index, template = adi["index"], adi["record"]["template"]
     shown = _readme_template_curl()
@@ -193,6 +193,34 @@ def test_readme_template_curl_is_the_calibrated_one_query(adi: dict[str, Any], m
     assert len(template_ids({TEMPLATE_PARAM: text, "size": 3})) == 3
     odd = 'the "boundary" layer \\ heat transfer'
     assert template_ids({TEMPLATE_PARAM: odd}) == [h.doc_id for h in cluster.search(odd, 10)]
+
+
+def test_readme_hybrid_curl_ranks_as_lr_search_defaults(adi: dict[str, Any], ml_node: NodeConfig,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Each documented text-only hybrid curl (README.md, docs/IN_CLUSTER.md), run as written
+    (node URL and index ``docs`` swapped for this node's), and again with ADI test queries
+    for its text, gives the top 10 of ``lr search --in-cluster`` with its defaults."""
+    import json
+    import subprocess
+
+    from test_readme import text_only_hybrid_curls
+
+    from lr_opensearch.cli import main
+
+    index, shown_text = adi["index"], "what causes tides"
+    texts = [shown_text] + [q["text"] for q in adi["queries"] if "'" not in q["text"]][:6]
+    assert main(["search", "--index", index, "--bundle", str(adi["bundle"].path), "--url",
+                 ml_node.url, "--in-cluster", "--json", *texts]) == 0
+    ours = [[h["doc_id"] for h in q["hits"]] for q in json.loads(capsys.readouterr().out)]
+    for name, command, _body in text_only_hybrid_curls():
+        assert shown_text in command and "http://127.0.0.1:9200/docs/" in command, name
+        command = command.replace("http://127.0.0.1:9200/docs/", f"{ml_node.url}/{index}/")
+        for text, want in zip(texts, ours, strict=True):
+            run = subprocess.run(["bash", "-c", command.replace(shown_text, json.dumps(text)[1:-1])],
+                                 capture_output=True, text=True, timeout=120, check=True)
+            res = json.loads(run.stdout)
+            assert "error" not in res, res
+            assert [h["_id"] for h in res["hits"]["hits"]] == want, (name, text)
 
 
 def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_client: Any,

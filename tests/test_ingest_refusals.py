@@ -6,16 +6,16 @@ command against a real node."""
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ingest_support import (
+    Here,
     build_tiny_bundle,
     checkpoint_indexed,
     data_dir,
+    dead_letters,
     index_ids,
     ingest_config,
     read_corpus,
@@ -35,33 +35,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def adi() -> list[dict[str, Any]]:
     return read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=40)
-
-
-class Here:
-    """``python -m ingest.bulk ARGS`` in this process (the subprocess costs seconds of imports
-    a test at a time): the exit code and the ERROR lines it logged."""
-
-    def __init__(self, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.caplog, self.monkeypatch = caplog, monkeypatch
-
-    def __call__(self, args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str]]:
-        from ingest.cli import main
-
-        for name, value in (env or {}).items():
-            self.monkeypatch.setenv(name, value)
-        self.caplog.clear()
-        with self.caplog.at_level(logging.INFO):
-            code = main(args)
-        return code, [r.getMessage() for r in self.caplog.records if r.levelno >= logging.ERROR]
-
-
-@pytest.fixture
-def ingest_here(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Here:
-    return Here(caplog, monkeypatch)
-
-
-def dead_letters(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 def _args(corpus: Path, tiny: Path, index: str, url: str, tmp: Path) -> list[str]:

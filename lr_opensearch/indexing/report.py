@@ -7,8 +7,11 @@ The dead-letter file is JSONL, one entry per input line that did not end up in t
 
 ``skipped`` lines were refused by validation (the reason is a ``lr_opensearch.indexing.reader`` constant);
 ``failed`` lines were refused by the engine (``reason`` is the engine's error type, and
-``message`` its reason). When a run resumes, entries past the checkpoint are dropped
-(they will be produced again), so the file never lists a line twice.
+``message`` its reason). Entries are appended: runs of other corpora or indices may share
+the file, and their entries are never removed. When a run resumes (or restarts), its own
+entries (same ``corpus`` and ``index``) past the checkpoint are dropped (they will be
+produced again), so the file never lists a line twice. A run refuses a file that is not a
+dead-letter file (``indexing.outputs``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class DeadLetter:
         self._lock = threading.Lock()
         self._warned: dict[str, int] = {}
         self._dirty = False
-        self.entries = _rewrite_prefix(path, keep_through_line)
+        self.entries = _rewrite_prefix(path, keep_through_line, corpus, index)
         self._f: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def add(self, *, line: int, doc_id: str | None, kind: str, reason: str, message: str,
@@ -71,25 +74,37 @@ class DeadLetter:
             self._f.close()
 
 
-def _rewrite_prefix(path: Path, keep_through_line: int) -> int:
-    """Keep only entries with ``line <= keep_through_line``; returns how many remain."""
+def _rewrite_prefix(path: Path, keep_through_line: int, corpus: str, index: str) -> int:
+    """Drop this run's entries (same corpus and index) past ``keep_through_line`` and a
+    killed run's torn last line; every other run's entry stays. The file is rewritten
+    (temporary file, fsync, rename) only when something must go; returns how many of this
+    run's entries remain."""
     path.parent.mkdir(parents=True, exist_ok=True)
     kept: list[str] = []
-    if path.exists() and keep_through_line > 0:
-        with open(path, encoding="utf-8") as f:
+    own = dropped = 0
+    if path.exists():
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
             for raw in f:
                 try:
-                    if int(json.loads(raw)["line"]) <= keep_through_line:
-                        kept.append(raw if raw.endswith("\n") else raw + "\n")
+                    entry = json.loads(raw)
+                    line = int(entry["line"])
                 except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line from a killed run
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return len(kept)
+                    dropped += 1  # a torn last line from a killed run
+                    continue
+                mine = entry.get("corpus") == corpus and entry.get("index") == index
+                if mine and line > keep_through_line:
+                    dropped += 1
+                    continue
+                own += mine
+                kept.append(raw if raw.endswith("\n") else raw + "\n")
+    if dropped:
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.writelines(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return own
 
 
 @dataclass

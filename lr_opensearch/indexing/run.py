@@ -35,6 +35,7 @@ from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
 from .documents import SparseKeys
 from .index_setup import check_same_copy, ensure_index, index_layout
+from .outputs import check_outputs
 from .pipeline import EncodePipeline
 from .progress import Progress
 from .provenance import check_default_target, record_corpus
@@ -86,6 +87,7 @@ def run(config: IngestConfig, *, client: Any = None, encoder: Any = None) -> Ing
     _fit_hint(bundle, config)
     from lr_opensearch.engine.factory import make_adapter
 
+    check_outputs(config, checkpoint_file(config, bundle.bundle_id))
     prepare_state_dir(config)
     with resumable(config):
         adapter = make_adapter(client if client is not None else connect(config))
@@ -105,7 +107,7 @@ def preflight(config: IngestConfig, *, client: Any = None) -> None:
     """The checks of ``run`` that need no bundle, for callers about to spend minutes on one
     (zero-config ingest fits it first): the corpus has documents, the state folder is
     writable, the target is one index that takes documents and, under a default name,
-    holds this corpus. Changes nothing.
+    holds this corpus; no output file is the corpus or a file not its own. Changes nothing.
 
     Raises:
         ConfigError, CorpusError, IndexRefusedError, IngestError: as ``run`` would.
@@ -116,6 +118,7 @@ def preflight(config: IngestConfig, *, client: Any = None) -> None:
 
     check_corpus(config.corpus)
     check_not_empty(config.corpus)
+    check_outputs(config, None)
     prepare_state_dir(config)
     with resumable(config):
         adapter = make_adapter(client if client is not None else connect(config))

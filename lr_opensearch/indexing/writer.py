@@ -14,11 +14,17 @@ through :meth:`EngineAdapter.bulk <lr_opensearch.engine.adapter.EngineAdapter.bu
   ``INDEX_REFUSALS``): the run stops with ``IndexRefusedError`` before the chunk is
   settled, so nothing is dead-lettered and the checkpoint stays at the last acknowledged
   chunk; the same command resumes once the index takes documents again;
+- the whole request refused with a status not worth retrying (401, 403, 404, a proxy's
+  page, ...: ``refusals.request_refusal``): the run stops the same way with
+  ``RequestRefusedError``, saying what the cluster answered and what to do; an answer that
+  is not JSON at all stops it too (the adapter's ``EngineError``);
 - any other refusal (e.g. 400 mapper_parsing_exception): a permanent, per-document
   failure, written to the dead-letter file with the engine's reason and settled as failed;
 - 413 (the request is over the cluster's ``http.max_content_length``): the documents are
   sent again one per request and later requests are made smaller; a document refused
-  alone is dead-lettered as ``document_too_large``, with the limit to raise.
+  alone is dead-lettered as ``document_too_large``, with the limit to raise, unless it is
+  smaller than ``SMALL_DOCUMENT_BYTES``: no limit is that low in practice, so that refusal
+  is about the path to the cluster (a proxy), and the run stops with ``RequestRefusedError``.
 
 After every chunk the ``on_chunk_done`` callback runs (it advances the watermark and saves
 the checkpoint), in the writer thread, after all the chunk's items are settled.
@@ -36,10 +42,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.errors import EngineError, IndexRefusedError, IngestError
+from lr_opensearch.errors import EngineError, IndexRefusedError, IngestError, RequestRefusedError
 
 from .checkpoint import FAILED, INDEXED, Watermark
 from .config import DEFAULT_MAX_CHUNK_BYTES, RetryPolicy
+from .refusals import (
+    INDEX_REFUSALS,
+    failure_reason,
+    is_request_refusal,
+    is_retryable,
+    request_refusal,
+)
 from .report import DeadLetter
 
 if TYPE_CHECKING:
@@ -50,15 +63,9 @@ logger = logging.getLogger(__name__)
 _STOP = object()
 TOO_LARGE = "document_too_large"  # dead-letter reason of a document refused alone with 413
 MIN_CHUNK_BYTES = 64 * 1024  # bulk requests are not made smaller than this after a 413
-# bulk item errors that say the index refuses every document (not this one): what to do
-INDEX_REFUSALS = {
-    "index_closed_exception": "open the index (POST /{index}/_open)",
-    "cluster_block_exception": ("lift the block (PUT /{index}/_settings with "
-                                "index.blocks.write / read_only / read_only_allow_delete "
-                                "false; the engine sets read_only_allow_delete when a disk "
-                                "passes its flood-stage watermark: free space first)"),
-    "index_not_found_exception": "create the index again: rerun with --restart",
-}
+# a document this small refused alone with 413 is not too large: the path to the cluster
+# refuses (no body limit is set that low in practice: the engines' default is 100 MB, nginx's 1 MB)
+SMALL_DOCUMENT_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -70,29 +77,6 @@ class Doc:
     source: dict[str, Any]
     truncated: bool = False
     title_only: bool = False
-
-
-def is_retryable(status: Any) -> bool:
-    """429, 5xx and "no status" (connection errors report ``"N/A"``) are worth retrying."""
-    if not isinstance(status, int):
-        return True
-    return status == 429 or status >= 500
-
-
-def failure_reason(info: dict[str, Any]) -> tuple[str, str]:
-    """(error type, human message) of a failed bulk item, from the engine's answer."""
-    err = info.get("error")
-    if isinstance(err, dict):
-        kind = str(err.get("type", "error"))
-        message = str(err.get("reason", ""))
-        cause = err.get("caused_by")
-        while isinstance(cause, dict):
-            message += f" (caused by {cause.get('type')}: {cause.get('reason')})"
-            cause = cause.get("caused_by")
-        return kind, message
-    exc = info.get("exception")
-    kind = type(exc).__name__ if exc is not None else "error"
-    return kind, str(err if err is not None else info)
 
 
 class BulkWriter:
@@ -203,10 +187,11 @@ class BulkWriter:
         for attempt in range(1, self.retry.max_attempts + 1):
             retry: list[tuple[Doc, Any, str]] = []
             results = self._send(pending)
-            self._stop_on_index_refusal(results)
-            too_large = [doc for doc, ok, info in results if not ok and info.get("status") == 413]
+            self._stop_on_refusal(results)
+            too_large = [(doc, info) for doc, ok, info in results
+                         if not ok and info.get("status") == 413]
             if too_large:
-                alone = {id(doc) for doc in too_large}
+                alone = {id(doc) for doc, _ in too_large}
                 results = [r for r in results if id(r[0]) not in alone]
                 results += self._send_alone(too_large, len(pending))
             for doc, ok, info in results:
@@ -226,8 +211,9 @@ class BulkWriter:
                 status, why = retry[0][1], retry[0][2]
                 raise IngestError(
                     f"index {self.index!r}: {len(retry)} document(s) still refused after "
-                    f"{attempt} attempts (last: HTTP {status} {why}). The cluster is overloaded "
-                    "or unreachable; nothing was lost - rerun the same command to resume.")
+                    f"{attempt} attempts (last: HTTP {status} {why}). The cluster (or a proxy "
+                    "in front of it) is overloaded, failing or unreachable: see its health and "
+                    "logs; nothing was lost - rerun the same command to resume.")
             delay = self.retry.delay(attempt, self._rng.random())
             logger.info("index %s: %d of %d document(s) refused (HTTP %s); retry %d in %.2f s",
                         self.index, len(retry), len(pending), retry[0][1], attempt, delay)
@@ -235,10 +221,14 @@ class BulkWriter:
             time.sleep(delay)
             pending = [doc for doc, _, _ in retry]
 
-    def _stop_on_index_refusal(self, results: list[tuple[Doc, bool, dict[str, Any]]]) -> None:
-        """Raise before anything of the chunk is settled when the index itself refuses."""
+    def _stop_on_refusal(self, results: list[tuple[Doc, bool, dict[str, Any]]]) -> None:
+        """Raise before anything of the chunk is settled when the index itself refuses, or
+        the cluster refused the whole request with a status not worth retrying (413 is
+        the caller's: smaller requests may pass)."""
         for _, ok, info in results:
-            kind, message = failure_reason(info) if not ok else ("", "")
+            if ok:
+                continue
+            kind, message = failure_reason(info)
             if kind in INDEX_REFUSALS:
                 todo = INDEX_REFUSALS[kind].format(index=self.index)
                 resume = "" if "--restart" in todo else ", then rerun the same command"
@@ -246,34 +236,44 @@ class BulkWriter:
                     f"index {self.index!r} refuses documents (HTTP {info.get('status')} {kind}: "
                     f"{message}); nothing was lost: the checkpoint stays at the last "
                     f"acknowledged document. {todo[0].upper()}{todo[1:]}{resume}")
+            status = info.get("status")
+            if is_request_refusal(info) and status != 413 and not is_retryable(status):
+                raise RequestRefusedError(request_refusal(info, self.index))
 
     def _refuse(self, doc: Doc, reason: str, message: str) -> None:
         self.dead_letter.add(line=doc.line, doc_id=doc.id, kind=FAILED, reason=reason,
                              message=message)
         self.watermark.settle(doc.line, FAILED, reason=reason)
 
-    def _send_alone(self, docs: list[Doc], sent_with: int) -> list[tuple[Doc, bool, dict[str, Any]]]:
+    def _send_alone(self, refused: list[tuple[Doc, dict[str, Any]]],
+                    sent_with: int) -> list[tuple[Doc, bool, dict[str, Any]]]:
         """HTTP 413: the request was larger than the cluster's ``http.max_content_length``.
         Later chunks go in smaller requests; these documents are sent one per request, and
-        one refused alone is too large by itself: dead-lettered with the limit to raise."""
+        one refused alone is too large by itself: dead-lettered with the limit to raise
+        (unless it is smaller than any limit: then the path refuses, and the run stops)."""
         if sent_with > 1:
             self.max_chunk_bytes = max(MIN_CHUNK_BYTES, self.max_chunk_bytes // 2)
             logger.warning("index %s: the cluster refused a bulk request of %d documents as too "
                            "large (HTTP 413, over its http.max_content_length); sending them "
                            "one by one, and at most %.1f MB per request from now on", self.index,
                            sent_with, self.max_chunk_bytes / 1e6)
-            results = self._send(docs, max_chunk_bytes=1)  # every action alone
+            results = self._send([doc for doc, _ in refused], max_chunk_bytes=1)  # each alone
         else:
-            results = [(doc, False, {"status": 413}) for doc in docs]
+            results = [(doc, False, info) for doc, info in refused]
+        sizes = {id(doc): len(json.dumps(doc.source, ensure_ascii=False).encode("utf-8"))
+                 for doc, ok, info in results if not ok and info.get("status") == 413}
+        for doc, _, info in results:
+            if sizes.get(id(doc), SMALL_DOCUMENT_BYTES) < SMALL_DOCUMENT_BYTES:
+                raise RequestRefusedError(request_refusal(info, self.index))
         out = []
         for doc, ok, info in results:
-            if not ok and info.get("status") == 413:
-                size = len(json.dumps(doc.source, ensure_ascii=False).encode("utf-8"))
+            if id(doc) in sizes:
                 self._refuse(doc, TOO_LARGE, (
-                    f"HTTP 413: the document is too large for the cluster: {size / 1e6:.1f} MB "
-                    "of JSON alone exceed its http.max_content_length (100mb unless set in "
-                    "opensearch.yml / elasticsearch.yml). Shorten or split the document, or "
-                    "raise http.max_content_length on every node and rerun with --restart"))
+                    f"HTTP 413: the document is too large for the cluster: "
+                    f"{sizes[id(doc)] / 1e6:.1f} MB of JSON alone exceed its "
+                    "http.max_content_length (100mb unless set in opensearch.yml / "
+                    "elasticsearch.yml). Shorten or split the document, or raise "
+                    "http.max_content_length on every node and rerun with --restart"))
             else:
                 out.append((doc, ok, info))
         return out

@@ -232,8 +232,40 @@ def calibrate(adapter: EngineAdapter, index: str, bundle: Bundle, *,
               "seconds": round(time.perf_counter() - started, 2)}
     calibration = Calibration(scales, method)
     if write:
-        adapter.update_meta(index, CALIBRATION_KEY, lambda _: calibration.to_meta())
+        record_calibration(adapter, index, calibration)
     logger.info("calibrated %s on %d pseudo-queries of %d documents in %.1f s: %s", index,
                 len(texts), len(docs), method["seconds"],
                 ", ".join(f"{k} {v.top1_mean:.3g}" for k, v in scales.items()))
     return calibration
+
+
+def record_calibration(adapter: EngineAdapter, index: str, calibration: Calibration) -> None:
+    """Write ``calibration`` into ``index``'s ``_meta`` (the one write of a calibration) and,
+    where ``lr models deploy`` stored the index's text-only calibrated template, render it
+    again with the new boosts: the template and ``fusion="calibrated"`` read one record."""
+    from lr_opensearch.engine.templates import META_KEY
+    from lr_opensearch.engine.text_queries import CLUSTER_KEY
+
+    adapter.update_meta(index, CALIBRATION_KEY, lambda _: calibration.to_meta())
+    record = (adapter.meta_value(index, META_KEY) or {}).get(CLUSTER_KEY) or {}
+    if record.get("template"):
+        name = store_template(adapter, index, record, calibration)
+        logger.info("search template %s rendered again with the new scales", name)
+
+
+def store_template(adapter: EngineAdapter, index: str, record: Mapping[str, Any],
+                   calibration: Calibration) -> str:
+    """Store ``index``'s text-only calibrated one query (the in-cluster ``record``'s legs
+    and weights, boosted by ``calibration``) as a search template: ``GET
+    /<index>/_search/template`` with ``{"id": <the returned id>, "params": {"query_text":
+    "..."}}``."""
+    from lr_opensearch.engine.text_queries import calibrated_template, template_id
+    from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
+
+    shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
+    weights = dict(zip(record["legs"], record["weights"], strict=True))
+    source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
+                                 knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
+    name = template_id(index)
+    adapter.put_search_template(name, source)
+    return name

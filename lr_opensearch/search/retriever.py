@@ -400,7 +400,7 @@ class Retriever:
         ctx = req.shape.context(req.knn_depth, filter=req.filter,
                                 ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
-            from lr_opensearch.search.incluster import text_sub_queries
+            from lr_opensearch.engine.text_queries import text_sub_queries
 
             assert isinstance(self.adapter, OpenSearchAdapter)  # checked in __init__
             return [tuple(text_sub_queries(self.cluster, text, req.legs, ctx,
