@@ -367,3 +367,36 @@ def test_the_library_never_imports_from_its_package_root() -> None:
     assert not bad, f"imports from the package root inside the library: {bad}"
     assert root_imports("from lr_opensearch import __version__, legs\n",
                         {"lr_opensearch.legs"}) == ["<src>:1: __version__"]
+
+
+def report(root: Path = REPO) -> str:
+    """The import graph of ``root`` in words: module and room circles, imports up the
+    declared layers, and the rooms' own layers (longest import path below each room)."""
+    graph = _graph(root)
+    rooms = room_graph(graph)
+    depth: dict[str, int] = {}
+
+    def level(room: str, seen: tuple[str, ...] = ()) -> int:
+        if room in seen:  # a circle: report it below, count it once here
+            return 0
+        if room not in depth:
+            depth[room] = 1 + max((level(d, (*seen, room)) for d in rooms.get(room, ())),
+                                  default=-1)
+        return depth[room]
+
+    by_level: dict[int, list[str]] = {}
+    for room in sorted(rooms):
+        by_level.setdefault(level(room), []).append(room)
+    lines = [f"module circle: {' -> '.join(_cycle(graph) or []) or 'none'}",
+             f"room circle: {' -> '.join(_cycle(rooms) or []) or 'none'}",
+             "imports up the declared layers: "
+             + ("none" if not (up := upward_imports(graph, LAYERS)) else "\n  " + "\n  ".join(up)),
+             "room layers (bottom first):",
+             *(f"  {n}: {', '.join(names)}" for n, names in sorted(by_level.items()))]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python3 tests/test_structure.py [REPO]: the graph in words
+    import sys
+
+    print(report(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO))
