@@ -112,7 +112,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("legs", "node", "packaged"),
     ("bundle",),
     ("engine", "model", "query"),
-    ("fit", "dashboards"),
+    ("fit", "dashboards", "plugin"),
     ("search",),
     ("cluster", "indexing", "inspect", "ur2n"),
     ("evaluation",),
