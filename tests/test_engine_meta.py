@@ -63,8 +63,14 @@ def test_two_writers_keep_both_keys(os_client: Any, index_name: str) -> None:
     found = adapter.index_mapping(index_name)["_meta"]
     assert found == {"kept": "yes", "a": list(range(ROUNDS)), "b": list(range(ROUNDS))}
     assert adapter.meta_value(index_name, "a") == list(range(ROUNDS))
-    # the lock is gone once the writers are done
+    # the lock is gone once the writers are done; its index is hidden and has a replica only
+    # where there is a second node (a lone node stays green)
     assert meta._holder(adapter, index_name) is None
+    settings = os_client.indices.get_settings(index=meta.LOCK_INDEX)[meta.LOCK_INDEX]["settings"]
+    assert settings["index"]["hidden"] == "true"
+    assert settings["index"]["auto_expand_replicas"] == "0-1"
+    health = os_client.cluster.health(index=meta.LOCK_INDEX, wait_for_status="green")
+    assert health["status"] == "green"
 
 
 def test_unlocked_writers_lose_keys(os_client: Any, index_name: str,

@@ -103,19 +103,16 @@ def locked(adapter: EngineAdapter, index: str, *, wait: float = LOCK_WAIT,
 
 def _acquire(adapter: EngineAdapter, index: str, owner: dict[str, Any], ttl: float) -> bool:
     """One try: True if this writer now holds the lock."""
-    for _ in range(2):  # the lock index may not exist yet
-        try:
-            adapter._create_doc(LOCK_INDEX, index, {**owner, "since": time.time()})
-            return True
-        except adapter.transport_errors as exc:
-            status = status_of(exc)
-            if status == 404 or "index_not_found" in str(exc):
-                _create_lock_index(adapter)
-                continue
-            if status != 409:
-                raise EngineError(f"taking the _meta lock of index {index!r} on "
-                                  f"{adapter.engine} failed: {refusal(exc)}") from exc
-            break
+    # the index first, with its settings: a document write would auto-create it with the
+    # engine's defaults (one replica: a lone node stays yellow, and hidden no more)
+    _create_lock_index(adapter)
+    try:
+        adapter._create_doc(LOCK_INDEX, index, {**owner, "since": time.time()})
+        return True
+    except adapter.transport_errors as exc:
+        if status_of(exc) != 409:
+            raise EngineError(f"taking the _meta lock of index {index!r} on "
+                              f"{adapter.engine} failed: {refusal(exc)}") from exc
     held = _holder(adapter, index)
     if held is not None and time.time() - float(held.get("since", 0)) > ttl:
         with contextlib.suppress(*adapter.transport_errors):  # another writer took it over
