@@ -193,8 +193,8 @@ def shapes_for(leg_names: list[str], cs: list[int], template: str | None = None,
 
 def calibration_shapes() -> list[Any]:
     """Every shape the timed calibrated queries read scales for."""
-    from lr_opensearch.engine.calibration import Shape
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.search.calibration import Shape
 
     out = [Shape(), Shape(CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS)]
     out += [Shape(t or None, f) for _, t, f in CALIBRATED_SHAPES if t is not None]
@@ -203,11 +203,11 @@ def calibration_shapes() -> list[Any]:
 
 def ensure_shapes_calibrated(client: Any, bundle: Any, name: str) -> None:
     """Calibrate ``name`` (again) unless its calibration has every timed shape's scales."""
-    from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate, leg_key
     from lr_opensearch.engine.factory import make_adapter
+    from lr_opensearch.search.calibration import CALIBRATION_KEY, calibrate, leg_key
 
     adapter = make_adapter(client)
-    meta = adapter.index_mapping(name).get("_meta", {}).get(CALIBRATION_KEY) or {}
+    meta = adapter.meta_value(name, CALIBRATION_KEY) or {}
     names = [n for n, w in dict(bundle.config.weights).items() if w > 0]
     need = {leg_key(n, shape) for n in names for shape in calibration_shapes()}
     if need - set(meta.get("legs", {})):

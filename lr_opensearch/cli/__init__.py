@@ -15,9 +15,9 @@ import logging
 import sys
 from typing import Any
 
-from lr_opensearch import __version__
 from lr_opensearch.cli.common import configure_logging
 from lr_opensearch.errors import LRError
+from lr_opensearch.version import __version__
 
 # subcommand -> (module with register(), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
