@@ -30,9 +30,9 @@ import numpy as np
 
 from lr_opensearch import legs as leg_registry
 from lr_opensearch.engine.clauses import TEXT_QUERY_MAX_TERMS
-from lr_opensearch.engine.scores import inner_product_from_score
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import QUERY_TEXT, QUERY_VECTOR, TOKEN_WEIGHTS, LegContext
+from lr_opensearch.legs.scores import inner_product_from_score
 
 SIZE_MARK, K_MARK, VECTOR_MARK = "@lr:size", "@lr:k", "@lr:vector"
 TOKEN_MARK, WEIGHT_MARK, TEXT_MARK = "@lr:token", "@lr:weight", "@lr:text"
@@ -94,7 +94,7 @@ def leg_template(adapter: Any, name: str, dim: int) -> dict[str, Any]:
     bodies = {}
     for variant, (empty, flt) in variants.items():
         query = leg.sub_query(adapter, _sentinel(leg.input, dim, empty),
-                              LegContext(k=_K, filter=flt))
+                              LegContext(knn_depth=_K, filter=flt))
         body = adapter.body(query, size=_SIZE, source=False)
         bodies[variant] = _mark(body, dim)
     reads = "inner_product" if leg.score is inner_product_from_score else "engine"
