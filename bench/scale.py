@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.evaluation import load_beir
     from lr_opensearch.evaluation.runs import ensure_calibrated
     from lr_opensearch.options import DEFAULT_CANDIDATES
-    from lr_opensearch.search import Retriever, connect
+    from lr_opensearch.search import QueryEncoding, Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
@@ -409,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = index_stats(client, name)
         print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
               f"build {built['build_s']:.0f} s" if built else "built earlier", flush=True)
-        retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+        retriever = Retriever(bundle, client, name,
+                              encoding=QueryEncoding(sparse_min_idf=args.sparse_min_idf))
         retriever.search_batch(texts[:32], 10)  # warm
         for _, over in shapes:  # and every shape once (the in-cluster models' first call)
             run_shape(retriever, texts[0], over, search)
@@ -451,7 +452,7 @@ def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, arg
     from scale_corpus import real_docs
 
     from lr_opensearch.evaluation import load_beir
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import QueryEncoding, Retriever
 
     name = index_name(args.index_of or args.tag, 0).removesuffix("-0") + "-real"
     if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != source.size:
@@ -459,7 +460,8 @@ def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, arg
     dataset = load_beir(args.dataset, args.split)
     qids = list(dataset.queries)
     texts = [dataset.queries[q] for q in qids]
-    retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+    retriever = Retriever(bundle, client, name,
+                          encoding=QueryEncoding(sparse_min_idf=args.sparse_min_idf))
     out = {}
     for mode, over in [(f"hybrid-{f}", {"fusion": f}) for f in ("server", "client")] + \
             [(leg, {"mode": leg}) for leg in leg_names]:

@@ -38,7 +38,7 @@ from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import EngineError
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.query import QueryEncoder
-from lr_opensearch.search import Retriever
+from lr_opensearch.search import QueryEncoding, Retriever
 
 pytestmark = [pytest.mark.node, pytest.mark.ml]
 
@@ -134,7 +134,7 @@ def test_search_template_is_the_calibrated_one_query(adi: dict[str, Any],
     rec, index = adi["record"], adi["index"]
     assert rec["template"] == f"lr-calibrated-{index}"
     texts = [q["text"] for q in adi["queries"][:8]]
-    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encode="cluster")
+    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encoding=QueryEncoding(encode="cluster"))
     client = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", sparse_tokens=0)
     same_cluster = same_client = 0
     for text, a, b in zip(texts, cluster.search_batch(texts, 10),
@@ -185,7 +185,7 @@ def test_readme_template_curl_is_the_calibrated_one_query(adi: dict[str, Any], m
     shown_text = re.search(r'"query_text": "([^"]*)"', shown)
     assert shown_text, "the README's curl should pass a query_text"
     text = shown_text.group(1)
-    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encode="cluster")
+    cluster = Retriever(adi["bundle"], ml_client, index, fusion="calibrated", encoding=QueryEncoding(encode="cluster"))
     assert [h["_id"] for h in res["hits"]["hits"]] == [h.doc_id for h in cluster.search(text, 10)]
 
     def template_ids(params: dict[str, Any]) -> list[str]:
@@ -229,7 +229,7 @@ def test_readme_hybrid_curl_ranks_as_lr_search_defaults(adi: dict[str, Any], ml_
 def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_client: Any,
                                                        ml_node: NodeConfig,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """``Retriever(encode="cluster")`` sends text only (server and client fusion) and ranks
+    """``Retriever(encoding=QueryEncoding(encode="cluster"))`` sends text only (server and client fusion) and ranks
     as the client's encoding; ``lr search --in-cluster --dsl`` prints that text-only request."""
     from lr_opensearch.cli import main
 
@@ -237,7 +237,7 @@ def test_retriever_and_lr_search_encode_in_the_cluster(adi: dict[str, Any], ml_c
     texts = [q["text"] for q in adi["queries"][:8]]
     ours = Retriever(adi["bundle"], ml_client, index, fusion="server").search_batch(texts, 10)
     for fusion in ("server", "client"):
-        cluster = Retriever(adi["bundle"], ml_client, index, fusion=fusion, encode="cluster")
+        cluster = Retriever(adi["bundle"], ml_client, index, fusion=fusion, encoding=QueryEncoding(encode="cluster"))
         theirs = cluster.search_batch(texts, 10)
         same = sum([h.doc_id for h in a] == [h.doc_id for h in b]
                    for a, b in zip(ours, theirs, strict=True))
@@ -262,14 +262,15 @@ def test_in_cluster_search_without_ml_commons_says_ml_commons_is_missing(
         os_client: Any, tmp_path: Path) -> None:
     """Not "run lr models deploy": that would fail too on a node without the plugin."""
     from lr_opensearch.engine.opensearch import OpenSearchAdapter
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import QueryEncoding, Retriever
 
     bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
     index = f"lr-test-no-ml-{uuid.uuid4().hex[:8]}"
     OpenSearchAdapter(os_client).create_index(index, bundle)
     try:
         with pytest.raises(EngineError, match="no ml-commons plugin") as exc:
-            Retriever(bundle, os_client, index, encode="cluster").search("tides")
+            Retriever(bundle, os_client, index,
+                      encoding=QueryEncoding(encode="cluster")).search("tides")
         assert "lr models deploy" not in str(exc.value)
     finally:
         os_client.indices.delete(index=index, ignore_unavailable=True)

@@ -51,7 +51,7 @@ from lr_opensearch.indexing.run import run
 from lr_opensearch.node import NodeConfig
 from lr_opensearch.options import DEFAULT_CANDIDATES
 from lr_opensearch.query import QueryEncoder
-from lr_opensearch.search import Retriever
+from lr_opensearch.search import QueryEncoding, Retriever
 
 pytestmark = [pytest.mark.slow, pytest.mark.node, pytest.mark.ml]
 
@@ -550,7 +550,7 @@ def test_the_longest_queries_stay_within_the_clause_limit(adi: dict[str, Any], c
              "hyphenated words": " ".join("-".join(words[i:i + 4]) for i in range(0, 1200, 4)),
              "an unspaced CJK run": "".join(chr(0x4E00 + i) for i in range(1500))}
     plain = Retriever(adi["bundle"], client, INDEX)
-    cluster = Retriever(adi["bundle"], client, INDEX, encode="cluster")
+    cluster = Retriever(adi["bundle"], client, INDEX, encoding=QueryEncoding(encode="cluster"))
     for what, text in texts.items():
         for retriever, fusion in ((plain, "server"), (plain, "client"), (cluster, "server")):
             hits = retriever.search(text, k=10, fusion=fusion)

@@ -15,6 +15,7 @@ import pytest
 
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.legs.scores import score_from_inner_product
+from lr_opensearch.search.rerank import RerankStage
 from lr_opensearch.ur2n.xtr import (
     TOKEN_FIELD,
     XTRRetriever,
@@ -146,7 +147,7 @@ def test_rerank_reorders_the_top_hits_only() -> None:
     query = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
     first = XTRRetriever(engine, "tokens", k_prime=6).search_vectors([query], k=6)[0]
     xtr = XTRRetriever(engine, "tokens", k_prime=6, encode=lambda texts: [query] * len(texts),
-                       rerank=ReverseIdReranker(), rerank_depth=3)
+                       rerank=RerankStage(ReverseIdReranker(), depth=3))
     got = xtr.search_batch(["q"], k=5)[0]
     top3 = sorted((h.doc_id for h in first[:3]), key=lambda d: -int(d[1:]))
     assert [h.doc_id for h in got[:3]] == top3  # reranked by the reranker's score
