@@ -24,7 +24,7 @@ from lr_opensearch.fit.pseudo import (
     read_records,
 )
 from lr_opensearch.fit.ridge import LAMS, RidgeSolve, fit_table, token_bags
-from lr_opensearch.fit.tables import fit_bundle_tables, query_tokenizer
+from lr_opensearch.fit.tables import FitRecipe, fit_bundle_tables, query_tokenizer
 from lr_opensearch.legs import builtin as legs_builtin
 from lr_opensearch.legs import registry
 from lr_opensearch.query import QueryEncoder
@@ -174,7 +174,7 @@ def test_idf_by_hand_on_a_three_document_corpus(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     e0 = {"default": rng.standard_normal((200, 4)).astype(np.float32)}
     result = fit_bundle_tables(tok, e0, {"default": ""}, lambda t: rng.standard_normal((len(t), 4)),
-                               [corpus], progress=False)
+                               FitRecipe(corpora=[corpus], distill=None), progress=False)
     idf = result.idf
     ids = {w: tok.token_to_id(w) for w in ("the", "tower", "paris", "heat")}
     for word, df in {"the": 3, "tower": 2, "paris": 1, "heat": 1}.items():

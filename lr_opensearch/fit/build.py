@@ -303,10 +303,7 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
     encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
                          precision=recipe.encode_precision, document_prompt=document_prompt)
     try:
-        return fit_bundle_tables(tokenizer, tables, instructions,
-                                 encoder.encode_dense, recipe.corpora,
-                                 queries=recipe.queries, max_queries=recipe.max_queries,
-                                 progress=progress, distill=recipe.distill,
-                                 embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
+        return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
+                                 progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)
