@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lr_opensearch.engine import meta
+from lr_opensearch.engine import lease, meta
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import EngineError
 
@@ -65,7 +65,7 @@ def test_two_writers_keep_both_keys(os_client: Any, index_name: str) -> None:
     assert adapter.meta_value(index_name, "a") == list(range(ROUNDS))
     # the lock is gone once the writers are done; its index is hidden and has a replica only
     # where there is a second node (a lone node stays green)
-    assert meta._holder(adapter, index_name) is None
+    assert lease.holder(adapter, meta.lock_key(index_name)) is None
     settings = os_client.indices.get_settings(index=meta.LOCK_INDEX)[meta.LOCK_INDEX]["settings"]
     assert settings["index"]["hidden"] == "true"
     assert settings["index"]["auto_expand_replicas"] == "0-1"
@@ -104,29 +104,33 @@ def _mapping_version(os_client: Any, index: str) -> int:
 
 def test_a_dead_writers_lock_is_taken_over(os_client: Any, index_name: str) -> None:
     adapter = _index(os_client, index_name)
-    meta._create_lock_index(adapter)
-    os_client.index(index=meta.LOCK_INDEX, id=index_name, refresh=True,
-                    body={"owner": "gone:1:dead", "since": time.time() - 2 * meta.LOCK_TTL})
+    lease.create_lease_index(adapter)
+    since = time.time() - 2 * meta.LOCK_TTL
+    os_client.index(index=meta.LOCK_INDEX, id=meta.lock_key(index_name), refresh=True,
+                    body={"owner": "gone:1:dead", "host": "gone", "pid": 1, "since": since,
+                          "expires": since + meta.LOCK_TTL})
     assert adapter.update_meta(index_name, "a", lambda old: 1) == 1
-    assert meta._holder(adapter, index_name) is None
+    assert lease.holder(adapter, meta.lock_key(index_name)) is None
 
 
 def test_a_live_lock_makes_a_writer_wait_then_say_who_holds_it(
         os_client: Any, index_name: str) -> None:
     adapter = _index(os_client, index_name)
-    meta._create_lock_index(adapter)
-    os_client.index(index=meta.LOCK_INDEX, id=index_name, refresh=True,
-                    body={"owner": "elsewhere:7:live", "since": time.time()})
+    lease.create_lease_index(adapter)
+    key = meta.lock_key(index_name)
+    os_client.index(index=meta.LOCK_INDEX, id=key, refresh=True,
+                    body={"owner": "elsewhere:7:live", "host": "elsewhere", "pid": 7,
+                          "since": time.time(), "expires": time.time() + meta.LOCK_TTL})
     try:
         started = time.monotonic()
         with pytest.raises(EngineError, match=r"being changed by elsewhere:7:live.*"
-                           rf"DELETE /{meta.LOCK_INDEX}/_doc/{index_name}"):
+                           rf"DELETE /{meta.LOCK_INDEX}/_doc/{key}"):
             with meta.locked(adapter, index_name, wait=0.5):
                 pass
         assert time.monotonic() - started >= 0.5
-        assert meta._holder(adapter, index_name)["owner"] == "elsewhere:7:live"  # not taken
+        assert lease.holder(adapter, key)["owner"] == "elsewhere:7:live"  # not taken
     finally:
-        os_client.delete(index=meta.LOCK_INDEX, id=index_name)
+        os_client.delete(index=meta.LOCK_INDEX, id=key)
 
 
 class _BusyOnce:
