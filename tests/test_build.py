@@ -21,7 +21,7 @@ from tiny_artifacts import SENTENCES
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
 from lr_opensearch.fit.tables import FitRecipe
-from lr_opensearch.model import DocEncoder, LightRetrieverModel, instruction_ids
+from lr_opensearch.model import DocEncoder, DocSettings, LightRetrieverModel, instruction_ids
 from lr_opensearch.query import QueryEncoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -52,7 +52,7 @@ def _check_bundle(model: LightRetrieverModel, tok, bundle_dir: Path) -> None:  #
         assert not np.allclose(got[0], got[1], atol=1e-3)  # different queries differ
     # the doc encoder in the bundle is the same model
     reloaded = DocEncoder.from_bundle(bundle, device="cpu").encode(SENTENCES[:3])
-    original = DocEncoder(model, tok, max_length=cfg.max_length, device="cpu").encode(SENTENCES[:3])
+    original = DocEncoder(model, tok, DocSettings(max_length=cfg.max_length), device="cpu").encode(SENTENCES[:3])
     np.testing.assert_allclose(reloaded.dense, original.dense, atol=1e-5)
     assert [s.keys() for s in reloaded.sparse] == [s.keys() for s in original.sparse]
 
@@ -111,7 +111,7 @@ def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> Non
             if "lora_B" in name:
                 param.normal_(0, 0.5)  # LoRA B starts at zero: make the adapter matter
     model.eval()
-    before = DocEncoder(model, tok, max_length=64, device="cpu").encode(SENTENCES[:3])
+    before = DocEncoder(model, tok, DocSettings(max_length=64), device="cpu").encode(SENTENCES[:3])
     out = build_bundle_from_model(model, tok, tmp_path / "bundle",
                                   tables=TableSettings(max_length=64, batch_size=64),
                                   progress=False, backbone_name="tiny/lora")
@@ -120,7 +120,7 @@ def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> Non
     after = DocEncoder.from_bundle(load_bundle(out), device="cpu").encode(SENTENCES[:3])
     np.testing.assert_allclose(after.dense, before.dense, atol=1e-5)
     plain, _ = tiny_bert()
-    plain_out = DocEncoder(plain, tok, max_length=64, device="cpu").encode(SENTENCES[:3])
+    plain_out = DocEncoder(plain, tok, DocSettings(max_length=64), device="cpu").encode(SENTENCES[:3])
     assert np.abs(plain_out.dense - before.dense).max() > 1e-3  # the adapter changed the model
 
 

@@ -15,7 +15,7 @@ from model_fixtures import one_thread, tiny_bert, tiny_checkpoint_and_corpus, ti
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.model import DocEncoder, projection_max
+from lr_opensearch.model import DocEncoder, DocSettings, projection_max
 from lr_opensearch.model import fused as fused_module
 from lr_opensearch.model.precision import check_precision, prepare
 from lr_opensearch.options import ENCODE_PRECISIONS
@@ -84,7 +84,7 @@ def test_bf16_screen_falls_back_where_the_proof_fails(monkeypatch: pytest.Monkey
 
 def _encoder(name: str, precision: str, top_k: int, exact_top: bool | None = None) -> DocEncoder:
     model, tok = MODELS[name]()
-    enc = DocEncoder(model, tok, max_length=64, device="cpu", top_k=top_k, precision=precision)
+    enc = DocEncoder(model, tok, DocSettings(max_length=64, top_k=top_k), device="cpu", precision=precision)
     if exact_top is False:
         enc._exact_top = None
     elif exact_top:

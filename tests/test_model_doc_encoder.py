@@ -8,7 +8,7 @@ import torch
 from model_fixtures import one_thread, tiny_bert, tiny_llama  # noqa: F401
 from tiny_artifacts import SENTENCES
 
-from lr_opensearch.model import DocEncoder, Framing, special_token_ids, tokenize_texts
+from lr_opensearch.model import DocEncoder, DocSettings, Framing, special_token_ids, tokenize_texts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -102,7 +102,7 @@ def test_doc_encoder_topk_min_weight_and_order() -> None:
     with torch.no_grad():
         full = model.encode_documents(*_batch(rows)).sparse
     min_weight = float(full.median())
-    enc = DocEncoder(model, tok, max_length=64, served_dim=20, top_k=7, min_weight=min_weight,
+    enc = DocEncoder(model, tok, DocSettings(64, served_dim=20, top_k=7, min_weight=min_weight),
                      batch_size=2, device="cpu")
     batch = enc.encode(texts)
     assert batch.dense.shape == (5, 20) and batch.dense.dtype.name == "float32"
@@ -125,7 +125,7 @@ def test_doc_encoder_topk_min_weight_and_order() -> None:
 
 def test_doc_encoder_reports_truncation() -> None:
     model, tok = tiny_llama()
-    enc = DocEncoder(model, tok, max_length=5, top_k=4, device="cpu")
+    enc = DocEncoder(model, tok, DocSettings(max_length=5, top_k=4), device="cpu")
     batch = enc.encode([SENTENCES[1], "Paris"])
     assert batch.truncated == [True, False]
     assert all(0 < len(s) <= 4 for s in batch.sparse)
@@ -134,7 +134,7 @@ def test_doc_encoder_reports_truncation() -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_dense_only_forward_equals_the_full_forward(name: str) -> None:
     model, tok = MODELS[name]()
-    enc = DocEncoder(model, tok, max_length=32, device="cpu", batch_size=2)
+    enc = DocEncoder(model, tok, DocSettings(max_length=32), device="cpu", batch_size=2)
     texts = [*SENTENCES[:3], "a"]
     batch = enc.encode(texts)
     dense = enc.encode_dense(texts)
@@ -145,14 +145,14 @@ def test_dense_only_forward_equals_the_full_forward(name: str) -> None:
 def test_served_prefix_is_renormalised_like_the_matryoshka_loss() -> None:
     model, tok = MODELS["bert-tied-mean"]()  # normalize=True
     texts = SENTENCES[:4]
-    full = DocEncoder(model, tok, max_length=64, device="cpu").encode_dense(texts)
-    cut = DocEncoder(model, tok, max_length=64, served_dim=8, device="cpu").encode_dense(texts)
+    full = DocEncoder(model, tok, DocSettings(max_length=64), device="cpu").encode_dense(texts)
+    cut = DocEncoder(model, tok, DocSettings(max_length=64, served_dim=8), device="cpu").encode_dense(texts)
     assert cut.shape == (4, 8)
     expected = torch.nn.functional.normalize(torch.from_numpy(full[:, :8]), dim=-1)
     torch.testing.assert_close(torch.from_numpy(cut), expected, rtol=1e-5, atol=1e-6)
     assert abs(float(torch.from_numpy(full[:, :8]).norm(dim=-1).max()) - 1) > 1e-3  # a cut alone is not unit
     # a model that does not normalise serves the raw prefix
     raw, rtok = MODELS["bert-mlm"]()
-    a = DocEncoder(raw, rtok, max_length=64, device="cpu").encode_dense(texts)
-    b = DocEncoder(raw, rtok, max_length=64, served_dim=8, device="cpu").encode_dense(texts)
+    a = DocEncoder(raw, rtok, DocSettings(max_length=64), device="cpu").encode_dense(texts)
+    b = DocEncoder(raw, rtok, DocSettings(max_length=64, served_dim=8), device="cpu").encode_dense(texts)
     np.testing.assert_array_equal(a[:, :8], b)

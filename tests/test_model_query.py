@@ -7,7 +7,7 @@ import torch
 from model_fixtures import one_thread, query_tokens, tiny_bert, tiny_llama  # noqa: F401
 
 from lr_opensearch.errors import ConfigError, QueryError
-from lr_opensearch.model import LightRetrieverModel, instruction_ids
+from lr_opensearch.model import LightRetrieverModel, RetrieverSettings, instruction_ids
 from lr_opensearch.model.packing import pack_blocks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -145,9 +145,10 @@ def test_query_norm_rows_or_mean_pins_where_the_light_query_is_normalised() -> N
     import torch.nn.functional as F  # noqa: N812
 
     rows_model, tok = tiny_bert(architecture="BertModel", pooling="mean", normalize=True)
-    mean_model = LightRetrieverModel.create(rows_model.hf, pooling="mean", kind="encoder",
-                                            framing=rows_model.framing, normalize=True,
-                                            query_norm="mean")
+    mean_model = LightRetrieverModel.create(
+        rows_model.hf, framing=rows_model.framing,
+        settings=RetrieverSettings(kind="encoder", pooling="mean", normalize=True,
+                                   query_norm="mean"))
     rows_model.eval(), mean_model.eval()
     queries = [[5, 9, 9, 31], [40]]
     with torch.no_grad():
@@ -162,5 +163,4 @@ def test_query_norm_rows_or_mean_pins_where_the_light_query_is_normalised() -> N
             expected = F.normalize(means, dim=-1) if model.query_norm == "mean" else means
             torch.testing.assert_close(q, expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ConfigError, match="query_norm"):
-        LightRetrieverModel.create(rows_model.hf, pooling="mean", kind="encoder",
-                                   framing=rows_model.framing, query_norm="tokens")
+        RetrieverSettings(kind="encoder", pooling="mean", query_norm="tokens")

@@ -6,7 +6,12 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from lr_opensearch.model import LightRetrieverModel, instruction_ids, tokenize_texts
+from lr_opensearch.model import (
+    LightRetrieverModel,
+    RetrieverSettings,
+    instruction_ids,
+    tokenize_texts,
+)
 from lr_opensearch.model.framing import plain_tokenizer
 from lr_opensearch.packaged import packaged_model_dir
 
@@ -25,7 +30,8 @@ def _encode(model: LightRetrieverModel, tok: Tokenizer, texts: list[str]) -> tor
 def test_packaged_minilm_matches_the_published_model() -> None:
     """Mean pooling + normalisation as sentence-transformers: cosine 0.7553 (MODELS.md)."""
     model_dir = packaged_model_dir()
-    model = LightRetrieverModel.from_pretrained(model_dir, normalize=None).eval()
+    model = LightRetrieverModel.from_pretrained(model_dir,
+                                                RetrieverSettings(normalize=None)).eval()
     assert (model.kind, model.pooling, model.normalize, model.head.kind) == (
         "encoder", "mean", True, "tied")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -68,7 +74,7 @@ def test_encode_precisions_on_the_real_minilm() -> None:
     from ingest_support import data_dir, read_corpus
 
     from lr_opensearch.indexing.reader import document_text
-    from lr_opensearch.model import DocEncoder
+    from lr_opensearch.model import DocEncoder, DocSettings
 
     model_dir = packaged_model_dir()
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -76,8 +82,8 @@ def test_encode_precisions_on_the_real_minilm() -> None:
     texts = [document_text(d.get("title", ""), d["text"]) for d in docs]
 
     def encoder(precision: str) -> DocEncoder:
-        model = LightRetrieverModel.from_pretrained(model_dir, normalize=None)
-        return DocEncoder(model, tok, max_length=256, device="cpu", precision=precision)
+        model = LightRetrieverModel.from_pretrained(model_dir, RetrieverSettings(normalize=None))
+        return DocEncoder(model, tok, DocSettings(max_length=256), device="cpu", precision=precision)
 
     plain = encoder("fp32")
     plain._exact_top = None  # float32 throughout

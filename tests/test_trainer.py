@@ -115,9 +115,9 @@ def test_sampler_is_deterministic_and_groups_are_well_formed():
 def test_collator_counts_and_framing(bert_dir):
     from tokenizers import Tokenizer
 
-    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
 
-    model = LightRetrieverModel.from_pretrained(bert_dir, pooling="mean")
+    model = LightRetrieverModel.from_pretrained(bert_dir, RetrieverSettings(pooling="mean"))
     tok = Tokenizer.from_file(str(bert_dir / "tokenizer.json"))
     col = Collator(tok, model.framing, model.vocab_size, max_length=12, query_max_tokens=5)
     ex = [Example("tower tower [SEP] paris", "Find it", ("paris tower " * 20, "heat"), "s"),

@@ -133,7 +133,7 @@ def build_bundle(
     Returns:
         The bundle path.
     """
-    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
     from lr_opensearch.model.device import check_device
     from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
@@ -148,9 +148,9 @@ def build_bundle(
         tables = dataclasses.replace(tables, instructions={"default": prompts["query_prompt"]})
     if prompts.get("document_prompt"):
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
-    model = LightRetrieverModel.from_pretrained(
-        source, pooling=backbone.pooling, normalize=backbone.normalize,
-        sparse_head=backbone.sparse_head, name=catalogue_name).to(target)
+    settings = RetrieverSettings(pooling=backbone.pooling, normalize=backbone.normalize,
+                                 sparse_head=backbone.sparse_head)
+    model = LightRetrieverModel.from_pretrained(source, settings, name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
@@ -297,11 +297,12 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
     ingest encodes them;
     both at ``precision`` (``options.ENCODE_PRECISIONS``).
     """
-    from lr_opensearch.model import DocEncoder
+    from lr_opensearch.model import DocEncoder, DocSettings
 
     was_training = model.training
-    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=recipe.encode_precision, document_prompt=document_prompt)
+    doc = DocSettings(max_length=max_length, document_prompt=document_prompt)
+    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=64,
+                         precision=recipe.encode_precision)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
                                  progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))

@@ -11,7 +11,7 @@ Importing this package imports torch; the query side never does.
 
 from __future__ import annotations
 
-from lr_opensearch.model.doc_encoder import DocBatch, DocEncoder
+from lr_opensearch.model.doc_encoder import DocBatch, DocEncoder, DocSettings
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.fused import naive_projection_max, projection_max, sparse_activation
 from lr_opensearch.model.heads import SparseHead
@@ -22,16 +22,19 @@ from lr_opensearch.model.lightretriever import (
     LightRetrieverModel,
     MeanRetriever,
 )
+from lr_opensearch.model.settings import RetrieverSettings
 
 __all__ = [
     "ClsRetriever",
     "DocBatch",
     "DocEncoder",
     "DocOutput",
+    "DocSettings",
     "Framing",
     "LastTokenRetriever",
     "LightRetrieverModel",
     "MeanRetriever",
+    "RetrieverSettings",
     "SparseHead",
     "instruction_ids",
     "naive_projection_max",
