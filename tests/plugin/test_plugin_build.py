@@ -4,6 +4,9 @@ package of that version, and the cache by source digest."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -81,3 +84,31 @@ def test_lr_plugin_build_prints_the_zip_and_the_install_command(
     out = capsys.readouterr().out
     built = build_plugin()
     assert str(built.zip_path) in out and f"install --batch {built.zip_path.as_uri()}" in out
+
+
+def test_the_wheel_carries_the_plugin_sources(tmp_path: Path) -> None:
+    """`lr plugin build` from a pip install: the wheel holds every Java file of the plugin,
+    and the installed package finds them with the checkout's source digest."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(root), "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(tmp_path / "wheel")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "wheel").glob("lr_opensearch-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    java = sorted(p.relative_to(source_dir()) for p in source_dir().rglob("*.java"))
+    packed = site / "lr_opensearch" / "plugin" / "java"
+    assert java and sorted(p.relative_to(packed) for p in packed.rglob("*.java")) == java
+    assert not packed.is_symlink()
+    probe = ("from lr_opensearch.plugin.build import source_dir, source_digest; "
+             "print(source_dir()); print(source_digest(source_dir(), '3.6.0'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LR_PLUGIN_SOURCE")}
+    got = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path,
+                         env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert got.returncode == 0, got.stderr
+    where, digest = got.stdout.split()
+    assert Path(where) == packed
+    assert digest == source_digest(source_dir(), "3.6.0")

@@ -15,10 +15,12 @@ from tiny_artifacts import tiny_bundle
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.plugin.artifact import TABLE
 from lr_opensearch.plugin.load import (
     MODELS_INDEX,
     delete_stored,
     load_plugin_model,
+    node_load,
     write_record,
 )
 
@@ -112,6 +114,47 @@ def test_record_of_another_bundle(plugin_client: Any, setup: Any) -> None:
                 "lr plugin load")
     finally:
         plugin_client.indices.delete(index=index)
+
+
+def test_a_record_whose_digest_the_store_does_not_hold(plugin_client: Any, setup: Any) -> None:
+    """The index's record names a model digest other than the stored one (a load of another
+    version in progress): 409 stale load, naming both digests and the command; a load again
+    serves."""
+    _, _, tok, root = setup
+    other = load_bundle(tiny_bundle(root / "stale", tok, seed=13))
+    index = index_corpus(plugin_client, other, tok, seed=4)
+    try:
+        stored = load_plugin_model(plugin_client, other, index)["digest"]
+        write_record(plugin_client, index, other, "f" * 64)
+        refused(plugin_client, index, {"text": "paris"}, 409, "f" * 64, stored,
+                "lr plugin load --bundle B --index I")
+        load_plugin_model(plugin_client, other, index)
+        still_serves(plugin_client, index)
+    finally:
+        plugin_client.indices.delete(index=index)
+        delete_stored(plugin_client, str(other.bundle_id))
+
+
+def test_a_damaged_part_is_refused_and_the_held_model_keeps_serving(plugin_client: Any,
+                                                                     setup: Any) -> None:
+    """A chunk of the stored model changed after the load: the node's reload refuses it (409,
+    the part and both checksums named) and searches keep the whole model it held."""
+    bundle, index, _, _ = setup
+    chunk = f"{bundle.bundle_id}/{TABLE}/0"
+    original = plugin_client.get(index=MODELS_INDEX, id=chunk)["_source"]
+    data = original["data"]
+    flipped = ("B" if data[0] == "A" else "A") + data[1:]  # the first 6 bits of the part
+    plugin_client.update(index=MODELS_INDEX, id=chunk, body={"doc": {"data": flipped}},
+                         refresh=True)
+    try:
+        with pytest.raises(ConfigError, match="lightretriever_damaged_load|sha256") as caught:
+            node_load(plugin_client, str(bundle.bundle_id))
+        assert TABLE in str(caught.value) and "lr plugin load" in str(caught.value)
+        still_serves(plugin_client, index)
+    finally:
+        plugin_client.index(index=MODELS_INDEX, id=chunk, body=original, refresh=True)
+    node_load(plugin_client, str(bundle.bundle_id))
+    still_serves(plugin_client, index)
 
 
 @pytest.mark.parametrize(("body", "words"), [

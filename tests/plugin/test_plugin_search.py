@@ -67,6 +67,22 @@ def test_legs_fuse_in_sub_query_order(plugin_client: Any, loaded: Any) -> None:
     assert answer["lightretriever"]["legs"] == ["dense", "sparse", "bm25"]
 
 
+def test_the_answer_says_where_the_time_went(plugin_client: Any, loaded: Any) -> None:
+    """``lightretriever.timings``: each phase in milliseconds, each leg's own took, and the
+    phases within the answer's ``took`` (the profile bench/scale.py reads)."""
+    status, answer = plugin_search(plugin_client, loaded[1], {"text": QUERIES[0]})
+    assert status == 200
+    timings = answer["lightretriever"]["timings"]
+    phases = ["resolve_ms", "encode_ms", "legs_ms", "fuse_ms", "fetch_ms"]
+    assert list(timings) == phases[:3] + ["leg_took_ms"] + phases[3:]
+    assert all(isinstance(timings[p], float) and timings[p] >= 0.0 for p in phases)
+    assert list(timings["leg_took_ms"]) == ["dense", "sparse", "bm25"]
+    assert all(isinstance(t, int) and 0 <= t <= timings["legs_ms"] + 1
+               for t in timings["leg_took_ms"].values())
+    assert timings["fetch_ms"] > 0.0  # the page's sources: one multi-get
+    assert sum(timings[p] for p in phases) <= answer["took"] + 1
+
+
 @pytest.mark.parametrize("options", [
     {"weights": {"dense": 0.7, "sparse": 0.3}},
     {"weights": {"sparse": 0.5, "bm25": 0.5}, "candidates": 7},
