@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from node_support import free_port
+from waiting import wait_until
 
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node import NodeConfig, load_lock
@@ -374,11 +375,9 @@ def test_prune_keeps_the_current_and_running_installations(tmp_path: Path) -> No
             (home / MARKER).write_text("{}")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
                                 str(homes["busy"] / "bin" / "opensearch")])
-    cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
-    for _ in range(100):  # the command line appears once exec has completed
-        if b"opensearch-busy" in cmdline.read_bytes():
-            break
-        time.sleep(0.05)
+    cmdline = Path(f"/proc/{sleeper.pid}/cmdline")  # it appears once exec has completed
+    wait_until(lambda: b"opensearch-busy" in cmdline.read_bytes(), "the sleeper's command line",
+               timeout=5, pause=0.05)
     try:
         removed = prune_installations(tmp_path, keep=homes["new"])
     finally:
