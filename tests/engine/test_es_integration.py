@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+from corpus_support import random_docs, tiny_vocab
+from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.elasticsearch import ElasticsearchAdapter
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.search import Retriever
@@ -31,16 +31,13 @@ def es_corpus(es_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     client = es_client
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("esb") / "bundle", tok, seed=5))
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(11)
-    vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
+    docs = random_docs(11, N_DOCS, tiny_vocab(tok), vectors_first=True)
+    vectors = np.stack([d.dense for d in docs])
     index = f"lr-test-es-{uuid.uuid4().hex[:8]}"
     assert ElasticsearchAdapter(client).create_index(index, bundle)
     sparse, ops = [], []
-    for i in range(N_DOCS):
-        sp = {
-            encode_key(t): float(rng.uniform(0.1, 3.0)) for t in rng.choice(vocab, 8, replace=False)
-        }
+    for i, doc in enumerate(docs):
+        sp = doc.sparse
         sparse.append(sp)
         ops += [
             {"index": {"_index": index, "_id": f"d{i:02d}"}},

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import browser_support
-import numpy as np
 import pytest
+from corpus_support import random_docs, tiny_vocab
 from node_support import free_port
 from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
 pytestmark = pytest.mark.node
@@ -31,17 +30,15 @@ def corpus(os_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     path = tiny_bundle(tmp_path_factory.mktemp("inspect") / "b", tok, seed=3,
                        weights={"dense": 0.4, "sparse": 0.2, "bm25": 0.4})
     bundle = load_bundle(path)
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(7)
+    vocab = tiny_vocab(tok)
     index = f"lr-test-inspect-{uuid.uuid4().hex[:8]}"
     OpenSearchAdapter(os_client).create_index(index, bundle)
     ops: list[dict[str, Any]] = []
-    for i in range(40):
-        tokens = rng.choice(vocab, 8, replace=False)
+    for i, doc in enumerate(random_docs(7, 40, vocab)):
         ops += [{"index": {"_index": index, "_id": f"d{i:02d}"}},
-                {"lr_dense": rng.standard_normal(16).astype(np.float32).tolist(),
-                 "lr_sparse": {encode_key(t): float(rng.uniform(0.1, 3)) for t in tokens},
-                 "title": f"doc {i} {' '.join(tokens[:3])}", "text": SENTENCES[i % len(SENTENCES)]}]
+                {"lr_dense": doc.dense.tolist(), "lr_sparse": doc.sparse,
+                 "title": f"doc {i} {' '.join(doc.tokens[:3])}",
+                 "text": SENTENCES[i % len(SENTENCES)]}]
     assert not os_client.bulk(body=ops, refresh=True)["errors"]
     yield path, index
     os_client.indices.delete(index=index, ignore_unavailable=True)

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from tiny_artifacts import SENTENCES, bpe_tokenizer, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.errors import LRError, QueryError
 from lr_opensearch.query import QueryEncoder
 from lr_opensearch.query.stopwords import ENGLISH_STOPWORDS
@@ -113,23 +112,21 @@ def test_the_strategies_reach_both_outcomes(encoders: Any) -> None:
 @pytest.mark.node
 def test_fuzzed_queries_through_retriever_search(os_client: Any,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    from corpus_support import random_docs, tiny_vocab
+
     from lr_opensearch.engine.opensearch import OpenSearchAdapter
     from lr_opensearch.search import Retriever
 
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("fuzz-node") / "b", tok, seed=3,
                                      weights={"bm25": 0.4, "dense": 0.4, "sparse": 0.2}))
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(5)
     index = f"lr-test-fuzz-{uuid.uuid4().hex[:8]}"
     OpenSearchAdapter(os_client).create_index(index, bundle)
     ops: list[dict[str, Any]] = []
-    for i in range(30):
-        tokens = rng.choice(vocab, 6, replace=False)
+    for i, doc in enumerate(random_docs(5, 30, tiny_vocab(tok), tokens=6, weights=(0.1, 2.0))):
         ops += [{"index": {"_index": index, "_id": f"d{i}"}},
-                {"lr_dense": rng.standard_normal(16).astype(np.float32).tolist(),
-                 "lr_sparse": {encode_key(t): float(rng.uniform(0.1, 2)) for t in tokens},
-                 "title": " ".join(tokens), "text": SENTENCES[i % len(SENTENCES)]}]
+                {"lr_dense": doc.dense.tolist(), "lr_sparse": doc.sparse,
+                 "title": " ".join(doc.tokens), "text": SENTENCES[i % len(SENTENCES)]}]
     assert not os_client.bulk(body=ops, refresh=True)["errors"]
     retriever = Retriever(bundle, os_client, index, candidates=20)
     outcomes = {"hits": 0, "typed": 0}

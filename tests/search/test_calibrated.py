@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from corpus_support import random_docs, tiny_vocab
 from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch import legs
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.engine.templates import META_KEY
@@ -99,15 +99,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, engine_client: Any) -> Any:
     adapter = make_adapter(os_client)
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3))
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(11)
-    vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
+    vocab = tiny_vocab(tok)
+    docs = random_docs(11, N_DOCS, vocab, vectors_first=True)
+    vectors = np.stack([d.dense for d in docs])
     sparse, ops = [], []
     index = f"lr-test-calibrated-{uuid.uuid4().hex[:8]}"
     adapter.create_index(index, bundle)
-    for i in range(N_DOCS):
-        tokens = rng.choice(vocab, size=8, replace=False)
-        sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}
+    for i, doc in enumerate(docs):
+        tokens, sp = doc.tokens, doc.sparse
         sparse.append(sp)
         sentence = SENTENCES[i % len(SENTENCES)]
         ops += [{"index": {"_index": index, "_id": f"d{i:02d}"}},

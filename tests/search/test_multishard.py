@@ -7,12 +7,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import numpy as np
 import pytest
-from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+from corpus_support import random_docs, tiny_vocab
+from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs.scores import score_from_inner_product
@@ -30,17 +29,13 @@ QUERIES = ["paris tower", "boundary layer heat transfer flow",
 def sharded(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("shards") / "b", tok, seed=4))
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(3)
     index = f"lr-test-shards-{uuid.uuid4().hex[:8]}"
     assert OpenSearchAdapter(os_client).create_index(index, bundle, shards=SHARDS)
     ops: list[dict[str, Any]] = []
-    for i in range(N_DOCS):
-        tokens = rng.choice(vocab, size=6, replace=False)
+    for i, doc in enumerate(random_docs(3, N_DOCS, tiny_vocab(tok), tokens=6)):
         ops += [{"index": {"_index": index, "_id": f"d{i:03d}"}},
-                {"lr_dense": rng.standard_normal(16).astype(np.float32).tolist(),
-                 "lr_sparse": {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens},
-                 "title": " ".join(tokens), "text": " ".join(tokens)}]
+                {"lr_dense": doc.dense.tolist(), "lr_sparse": doc.sparse,
+                 "title": " ".join(doc.tokens), "text": " ".join(doc.tokens)}]
     assert not os_client.bulk(body=ops, refresh=True)["errors"]
     counts = [os_client.count(index=index, preference=f"_shards:{s}")["count"]
               for s in range(SHARDS)]

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
+from corpus_support import random_docs, tiny_vocab
+from tiny_artifacts import tiny_bundle, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
@@ -39,15 +40,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, os_client: Any) -> Any:
     """(bundle, index, vectors [N, 16], sparse maps, groups) on the node; deleted afterwards."""
     tok = wordpiece_tokenizer(padding=False)
     bundle = load_bundle(tiny_bundle(tmp_path_factory.mktemp("b") / "bundle", tok, seed=3))
-    vocab = sorted({t for s in SENTENCES for t in tok.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((N_DOCS, 16)).astype(np.float32)
+    docs = random_docs(7, N_DOCS, tiny_vocab(tok), vectors_first=True)
+    vectors = np.stack([d.dense for d in docs])
     sparse, groups, ops = [], [], []
     index = f"lr-test-search-{uuid.uuid4().hex[:8]}"
     OpenSearchAdapter(os_client).create_index(index, bundle)
-    for i in range(N_DOCS):
-        tokens = rng.choice(vocab, size=8, replace=False)
-        sp = {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens}
+    for i, doc in enumerate(docs):
+        tokens, sp = doc.tokens, doc.sparse
         group = "a" if i % 3 else "b"
         sparse.append(sp)
         groups.append(group)
