@@ -128,7 +128,7 @@ def build_bundle(
         model, tokenizer, out_dir, instructions=instructions,
         max_length=max_length or default_max_length(model, source), served_dim=served_dim,
         batch_size=batch_size, overwrite=overwrite, progress=progress, fit=fit,
-        table_cache_key=model_files_key(source), **config_fields)
+        table_cache_key=model_files_key(source), source_dir=source, **config_fields)
 
 
 def model_files_key(model_dir: Path) -> str:
@@ -204,6 +204,7 @@ def build_bundle_from_model(
     progress: bool = True,
     fit: FitRecipe | None = None,
     table_cache_key: str | None = None,
+    source_dir: Path | None = None,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -223,6 +224,8 @@ def build_bundle_from_model(
             (``bundle.fit.FitRecipe``).
         table_cache_key: ``model_files_key`` of the directory the model was loaded from:
             the unfitted tables go through the table cache (none for a model in training).
+        source_dir: that directory: the fit may then run the model on ONNX Runtime
+            (``fit.runtime``); an in-memory model without one is fitted on torch.
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
@@ -242,7 +245,8 @@ def build_bundle_from_model(
     weights, stats = None, None
     if fit is not None and fit.enabled:
         result = fit_tables(model, tokenizer, tables, instructions, max_length, fit,
-                            progress=progress, document_prompt=config.document_prompt)
+                            progress=progress, document_prompt=config.document_prompt,
+                            source_dir=source_dir)
         tables, weights, stats = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -263,20 +267,24 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
                instructions: Mapping[str, str], max_length: int, recipe: FitRecipe, *,
-               progress: bool = True, document_prompt: str = "") -> FitResult:
+               progress: bool = True, document_prompt: str = "",
+               source_dir: Path | None = None) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
     candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
     ingest encodes them;
-    both at ``precision`` (``options.ENCODE_PRECISIONS``).
+    both at ``precision`` (``options.ENCODE_PRECISIONS``), on ONNX Runtime where
+    ``recipe.runtime`` chooses it and the model was loaded from ``source_dir``
+    (``model.runtime.fit_encoder``).
     """
-    from lr_opensearch.model import DocEncoder
+    from lr_opensearch.model.runtime import fit_encoder
 
     was_training = model.training
-    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=recipe.encode_precision, document_prompt=document_prompt)
+    encoder = fit_encoder(model, tokenizer, max_length=max_length, precision=recipe.encode_precision,
+                          runtime=recipe.runtime, document_prompt=document_prompt,
+                          source_dir=source_dir)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions,
                                  encoder.encode_dense, recipe.corpora,

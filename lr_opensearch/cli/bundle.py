@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.cli.common import add_precision_arg
+from lr_opensearch.cli.common import add_precision_arg, add_runtime_arg
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import weights_of
 
@@ -84,6 +84,7 @@ def register(subparsers: Any) -> None:
                        help="sparse terms stored per document (default 128)")
     build.add_argument("--batch-size", type=int, default=256, help="table rows per forward pass")
     add_precision_arg(build)
+    add_runtime_arg(build)
     build.add_argument("--device", default=None,
                        help="torch device of the table's and the fit's forwards (cpu, cuda, "
                             "cuda:1, ...); default: GPU if available")
@@ -162,7 +163,7 @@ def run_build(args: argparse.Namespace) -> int:
         fit=FitRecipe(corpora=tuple(args.fit_corpus or ()), queries=tuple(args.fit_queries or ()),
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
-                      encode_precision=args.encode_precision),
+                      encode_precision=args.encode_precision, runtime=args.runtime),
         device=args.device,
     )
     from lr_opensearch.bundle import load_bundle

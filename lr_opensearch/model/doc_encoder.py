@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 
 from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
+from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
@@ -35,22 +35,6 @@ if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DocBatch:
-    """Encoded documents, in input order.
-
-    Attributes:
-        dense: [B, served_dim] float32.
-        sparse: per document, {token_id: weight} with finite weights > max(min_weight, 0),
-            at most top_k entries, special tokens excluded.
-        truncated: per document, whether it was cut to the bundle's max_length.
-    """
-
-    dense: np.ndarray
-    sparse: list[dict[int, float]]
-    truncated: list[bool]
 
 
 def default_device() -> torch.device:
@@ -187,21 +171,10 @@ class DocEncoder:
         return [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
 
 
-def length_batches(rows: Sequence[Sequence[int]], size: int) -> list[list[int]]:
-    """Indices of ``rows`` in batches of ``size``, longest rows first (little padding)."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
-    return [order[start:start + size] for start in range(0, len(order), size)]
-
-
 def padded(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids [b, T] (0 after each row) and attention mask [b, T] of id lists."""
-    length = max(len(r) for r in rows)
-    input_ids = torch.zeros(len(rows), length, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
-    for n, row in enumerate(rows):
-        input_ids[n, : len(row)] = torch.tensor(row)
-        mask[n, : len(row)] = 1
-    return input_ids, mask
+    input_ids, mask = padded_numpy(rows)
+    return torch.from_numpy(input_ids), torch.from_numpy(mask)
 
 
 def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:

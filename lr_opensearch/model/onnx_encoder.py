@@ -1,0 +1,150 @@
+"""``OnnxDocEncoder``: ``DocEncoder`` with the backbone on ONNX Runtime, and no torch.
+
+Documents are tokenized and framed exactly as on torch (``framing.tokenize_texts``),
+batched by length (``batching.length_batches``), right-padded; the backbone's graph
+(``onnx_graph``: a packaged jar's, else a one-time export) gives the last hidden states,
+and the rest of THE document forward (pooling, the sparse head's projection, ReLU, log1p,
+max, top-k) is ``numpy_head``'s, the same arithmetic as torch's. Encoders in the "max"
+sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
+(``runtime.open_doc_encoder`` chooses).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
+from lr_opensearch.errors import ConfigError, IngestError
+from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
+from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
+from lr_opensearch.model.numpy_head import NumpyHead
+from lr_opensearch.model.onnx_graph import Graph, ensure_graph, graph_inputs
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
+
+logger = logging.getLogger(__name__)
+
+
+def onnx_session(path: Path, threads: int | None = None) -> Any:
+    """An ONNX Runtime CPU session of the graph at ``path`` (``threads``: intra-op threads,
+    default ``$LR_ONNX_THREADS`` or all cores)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ConfigError("--runtime onnx needs onnxruntime: pip install 'lr-opensearch[ingest]', "
+                          "or use --runtime torch") from None
+    options = ort.SessionOptions()
+    threads = threads or int(os.environ.get("LR_ONNX_THREADS", "0"))
+    if threads:
+        options.intra_op_num_threads = threads
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own error types: a broken or foreign file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"ONNX graph {path} does not load in onnxruntime {ort.__version__}: "
+                          f"{first}; delete {path.parent} to make it again") from None
+
+
+class OnnxDocEncoder:
+    """Encodes documents with a backbone graph on ONNX Runtime; ``DocEncoder``'s interface.
+
+    Args:
+        graph: the checked graph (``onnx_graph.ensure_graph``).
+        tokenizer: a ``tokenizers.Tokenizer`` (the bundle's).
+        pooling, normalize: the bundle's dense pooling and normalisation.
+        max_length: framed tokens per document at most.
+        served_dim: leading dense dims kept (default: all).
+        top_k, min_weight: sparse terms kept per document, weights strictly above.
+        batch_size: documents per run of the graph.
+        document_prompt: text before every document (``DocEncoder``'s).
+        threads: ONNX Runtime intra-op threads (``onnx_session``).
+    """
+
+    runtime = "onnx"
+
+    def __init__(self, graph: Graph, tokenizer: Any, *, pooling: str, normalize: bool,
+                 max_length: int, served_dim: int | None = None,
+                 top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
+                 batch_size: int = 32, document_prompt: str = "",
+                 threads: int | None = None) -> None:
+        self.graph = graph
+        self.session = onnx_session(graph.onnx_path, threads)
+        self.tokenizer = tokenizer
+        self.framing = Framing.derive(tokenizer, "encoder")
+        prompt = instruction_ids(tokenizer, document_prompt)
+        self._prompt_tokens = len(prompt)
+        self._doc_framing = Framing(prefix=(*self.framing.prefix, *prompt), suffix=self.framing.suffix)
+        self.max_length = max_length
+        self.batch_size = batch_size
+        hidden = graph.weight.shape[1]
+        self.head = NumpyHead(
+            weight=graph.weight, bias=graph.bias, pooling=pooling, normalize=normalize,
+            served_dim=served_dim or hidden, suffix=len(self.framing.suffix),
+            excluded=np.asarray(special_token_ids(tokenizer), dtype=np.int64),
+            vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=top_k,
+            min_weight=max(float(min_weight), 0.0))
+        self._check_hidden(hidden)
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle, batch_size: int = 32,
+                    threads: int | None = None) -> OnnxDocEncoder:
+        """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
+        from lr_opensearch.model.runtime import choose_runtime
+
+        cfg = bundle.config  # a decoder or a Medusa mode: a line saying it runs on torch
+        choose_runtime("onnx", kind=cfg.kind, sparse_mode=cfg.sparse_mode, device="cpu",
+                       precision="fp32")
+        tokenizer = bundle.tokenizer
+        graph = ensure_graph(bundle.doc_encoder_dir, cfg.sparse_head, tokenizer=tokenizer,
+                             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)))
+        logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
+        return cls(graph, tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
+                   max_length=cfg.max_length, served_dim=cfg.served_dim, top_k=cfg.sparse_top_k,
+                   min_weight=cfg.sparse_min_weight, batch_size=batch_size,
+                   document_prompt=cfg.document_prompt, threads=threads)
+
+    def _check_hidden(self, hidden: int) -> None:
+        """Run the graph once on two tokens: its output must be [1, 2, hidden] (refused
+        before any document is encoded otherwise)."""
+        ids = np.asarray([[*self.framing.prefix, *self.framing.suffix] or [0, 0]], dtype=np.int64)
+        out = self.session.run(None, graph_inputs(self.session, ids, np.ones_like(ids)))[0]
+        if out.shape != (*ids.shape, hidden):
+            raise ConfigError(f"ONNX graph {self.graph.onnx_path}: output shape {list(out.shape)} "
+                              f"for input {list(ids.shape)}; the projection expects hidden size "
+                              f"{hidden}. Delete {self.graph.path} to make it again")
+
+    def encode(self, texts: Sequence[str]) -> DocBatch:
+        """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
+        return self._run(texts, sparse=True, documents=True)
+
+    def encode_dense(self, texts: Sequence[str], *, documents: bool = False) -> np.ndarray:
+        """Dense vectors alone (``DocEncoder.encode_dense``)."""
+        return self._run(texts, sparse=False, documents=documents).dense
+
+    def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
+        framing = self._doc_framing if documents else self.framing
+        ids, truncated = tokenize_texts(self.tokenizer, texts, framing, self.max_length)
+        for i, row in enumerate(ids):
+            if not row:
+                raise IngestError(f"document {i} of the batch tokenizes to nothing and the "
+                                  "model adds no special tokens; drop empty documents")
+        dense = np.zeros((len(ids), self.head.served_dim), dtype=np.float32)
+        terms: list[dict[int, float]] = [{} for _ in ids]
+        prefix = len(framing.prefix)
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded_numpy([ids[i] for i in chunk])
+            outputs = self.session.run(None, graph_inputs(self.session, input_ids, mask))
+            dense[chunk] = self.head.dense(outputs[0], mask)
+            if sparse:
+                hidden = outputs[1] if self.graph.head_hidden else outputs[0]
+                weights = self.head.sparse(hidden, mask, prefix=prefix)
+                for i, doc_terms in zip(chunk, self.head.select_terms(weights), strict=True):
+                    terms[i] = doc_terms
+        return DocBatch(dense=dense, sparse=terms, truncated=truncated)

@@ -1,0 +1,208 @@
+"""The document encoder on ONNX Runtime (issue 47): the same vectors as torch's, its graph
+checked before use, the runtime chosen as ``--runtime`` says, no torch on its import path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from ingest_support import build_tiny_bundle
+from model_fixtures import one_thread, save_model_dir, tiny_bert  # noqa: F401
+from tiny_artifacts import SENTENCES, tiny_bundle
+
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.model import DocEncoder
+from lr_opensearch.model.fused import projection_max, sparse_activation
+from lr_opensearch.model.numpy_head import NumpyHead
+from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
+from lr_opensearch.model.onnx_graph import GRAPH_FILE, MANIFEST, graph_dir
+from lr_opensearch.model.runtime import choose_runtime, open_doc_encoder
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+DOCS = [*SENTENCES, "a", "the the the the", SENTENCES[0] * 6]
+
+
+def assert_same_documents(torch_encoder: DocEncoder, onnx_encoder: OnnxDocEncoder,
+                          texts: list[str], *, weight_tol: float = 1e-4) -> tuple[float, int]:
+    """Issue 47's criteria: dense cosine >= 0.99999, the same kept terms, weights within
+    ``weight_tol``. Returns (max cosine gap, terms compared)."""
+    a, b = torch_encoder.encode(texts), onnx_encoder.encode(texts)
+    cos = (a.dense * b.dense).sum(1) / np.linalg.norm(a.dense, axis=1) / np.linalg.norm(b.dense, axis=1)
+    assert cos.min() >= 0.99999, cos.min()
+    assert a.truncated == b.truncated
+    terms = 0
+    for i, (x, y) in enumerate(zip(a.sparse, b.sparse, strict=True)):
+        assert set(x) == set(y), (i, sorted(set(x) ^ set(y)))
+        assert all(abs(x[t] - y[t]) <= weight_tol for t in x), i
+        terms += len(x)
+    return float(1 - cos.min()), terms
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LR_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def tied_bundle(root: Path) -> Path:
+    """A bare BertModel (tied sparse head), CLS pooling, normalised, served prefix 16 of
+    32, a document prompt: every branch of the numpy head the MLM bundle does not take."""
+    model, tok = tiny_bert(seed=3, architecture="BertModel", pooling="cls", normalize=True)
+    model_dir = save_model_dir(model, tok, root / "tied_model")
+    return tiny_bundle(root / "tied_bundle", tok, seed=3, doc_encoder_dir=model_dir, dense_dim=32,
+                       served_dim=16, architecture="BertModel", sparse_head="tied", pooling="cls",
+                       normalize=True, max_length=40, sparse_top_k=12, sparse_min_weight=0.05,
+                       document_prompt="passage: ")
+
+
+@pytest.mark.parametrize("make", [build_tiny_bundle, tied_bundle], ids=["mlm-mean", "tied-cls"])
+def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make) -> None:  # noqa: ANN001
+    bundle = load_bundle(make(tmp_path))
+    onnx = OnnxDocEncoder.from_bundle(bundle, batch_size=4)
+    assert onnx.graph.source.startswith("export torch")
+    torch_encoder = DocEncoder.from_bundle(bundle, device="cpu", batch_size=4)
+    gap, terms = assert_same_documents(torch_encoder, onnx, DOCS)
+    assert terms > len(DOCS)  # terms were compared, not empty dicts
+    np.testing.assert_allclose(onnx.encode_dense(SENTENCES), torch_encoder.encode_dense(SENTENCES),
+                               atol=1e-5)
+    # the graph is cached: a second encoder reuses it, no second export
+    again = OnnxDocEncoder.from_bundle(bundle)
+    assert again.graph.path == onnx.graph.path and len(list((cache / "onnx").iterdir())) == 1
+
+
+def test_numpy_head_equals_the_torch_head() -> None:
+    """The sparse head (projection, max, ReLU, log1p, top-k) in numpy against torch's
+    ``projection_max`` + ``sparse_activation`` + ``DocEncoder.select_terms``, on rows with
+    padding, a prefix, a suffix and one row without content."""
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(3, 7, 8)).astype(np.float32)
+    weight = rng.normal(size=(50, 8)).astype(np.float32)
+    bias = rng.normal(size=50).astype(np.float32)
+    mask = np.array([[1] * 7, [1] * 4 + [0] * 3, [1, 1, 0, 0, 0, 0, 0]])
+    head = NumpyHead(weight=weight, bias=bias, pooling="mean", normalize=False, served_dim=8,
+                     suffix=1, excluded=np.array([0, 3]), vocab_limit=45, top_k=6, min_weight=0.1)
+    ours = head.sparse(hidden, mask, prefix=1)
+    content = head.content(mask, prefix=1)
+    assert content.sum(1).tolist() == [5, 2, 0]
+    theirs = sparse_activation(projection_max(torch.from_numpy(hidden), torch.from_numpy(content),
+                                              torch.from_numpy(weight), torch.from_numpy(bias)))
+    np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-6)
+    assert not ours[2].any()  # no content: no weight
+    kept = head.select_terms(ours)
+    w = theirs[:, :45].clone()
+    w[:, [0, 3]] = 0
+    values, indices = torch.topk(w, 6, dim=1)
+    expected = [{int(t): float(v) for t, v in zip(i, x, strict=True) if v > 0.1}
+                for i, x in zip(indices, values, strict=True)]
+    assert [set(k) for k in kept] == [set(e) for e in expected] and kept[0]
+    assert all(abs(k[t] - e[t]) < 1e-6 for k, e in zip(kept, expected, strict=True) for t in e)
+
+
+def test_a_tampered_or_foreign_graph_is_refused_before_encoding(tmp_path: Path, cache: Path) -> None:
+    bundle = load_bundle(build_tiny_bundle(tmp_path))
+    path = OnnxDocEncoder.from_bundle(bundle).graph.path
+    meta = json.loads((path / MANIFEST).read_text())
+    (path / MANIFEST).write_text(json.dumps({**meta, "vocab_size": meta["vocab_size"] + 1}))
+    with pytest.raises(ConfigError, match=r"vocabulary .* delete"):
+        OnnxDocEncoder.from_bundle(bundle)
+    (path / MANIFEST).write_text(json.dumps({**meta, "hidden_size": 16}))
+    with pytest.raises(ConfigError, match="hidden size 16"):
+        OnnxDocEncoder.from_bundle(bundle)
+    (path / MANIFEST).write_text(json.dumps(meta))
+    with open(path / GRAPH_FILE, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ConfigError, match=f"{GRAPH_FILE}: sha256 .* but graph.json says"):
+        OnnxDocEncoder.from_bundle(bundle)
+    (path / GRAPH_FILE).unlink()
+    with pytest.raises(ConfigError, match=f"{GRAPH_FILE} is missing"):
+        OnnxDocEncoder.from_bundle(bundle)
+
+
+def test_a_graph_of_another_hidden_size_is_refused(tmp_path: Path, cache: Path) -> None:
+    """A graph whose output is not the encoder's width (another model's graph, its sha256
+    recorded): the probe run at load refuses it, naming the graph, before any document."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from lr_opensearch.bundle.store import file_sha256
+
+    bundle = load_bundle(build_tiny_bundle(tmp_path))
+    path = OnnxDocEncoder.from_bundle(bundle).graph.path
+    table = numpy_helper.from_array(np.zeros((bundle.vocab_size, 16), np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["hidden"])], "other",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["b", "t"])
+         for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["b", "t", 16])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path / GRAPH_FILE))
+    meta = json.loads((path / MANIFEST).read_text())
+    meta["onnx_sha256"] = file_sha256(path / GRAPH_FILE)
+    (path / MANIFEST).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"output shape \[1, 2, 16\].*hidden size 32"):
+        OnnxDocEncoder.from_bundle(bundle)
+
+
+def test_no_graph_without_torch_or_a_jar_is_one_line(tmp_path: Path, cache: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import lr_opensearch.model.onnx_graph as onnx_graph
+
+    bundle = load_bundle(build_tiny_bundle(tmp_path))
+    real = onnx_graph.importlib.util.find_spec
+    monkeypatch.setattr(onnx_graph.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .* torch, which exports"):
+        OnnxDocEncoder.from_bundle(bundle)
+    assert not graph_dir(bundle.doc_encoder_dir, "mlm").exists()
+
+
+def test_the_runtime_choice() -> None:
+    cpu = {"kind": "encoder", "sparse_mode": "max", "device": "cpu", "precision": "fp32"}
+    assert choose_runtime("auto", **cpu) == "onnx"
+    assert choose_runtime("torch", **cpu) == "torch"
+    assert choose_runtime("auto", **{**cpu, "precision": "bf16"}) == "torch"
+    assert choose_runtime("auto", **{**cpu, "kind": "decoder"}) == "torch"
+    assert choose_runtime("auto", **{**cpu, "sparse_mode": "medusa_last"}) == "torch"
+    assert choose_runtime("auto", **{**cpu, "device": "cuda"}) == "torch"
+    with pytest.raises(ConfigError, match="--runtime onnx: not with a decoder backbone"):
+        choose_runtime("onnx", **{**cpu, "kind": "decoder"})
+    with pytest.raises(ConfigError, match="--runtime onnx: not with --device cuda"):
+        choose_runtime("onnx", **{**cpu, "device": "cuda"})
+    with pytest.raises(ConfigError, match="valid"):
+        choose_runtime("tensorrt", **cpu)
+
+
+def test_open_doc_encoder_defaults_to_onnx_on_a_cpu(tmp_path: Path, cache: Path) -> None:
+    bundle = load_bundle(build_tiny_bundle(tmp_path))
+    assert isinstance(open_doc_encoder(bundle, device="cpu"), OnnxDocEncoder)
+    assert isinstance(open_doc_encoder(bundle, device="cpu", runtime="torch"), DocEncoder)
+
+
+def test_the_onnx_path_imports_no_torch(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    bundle = build_tiny_bundle(tmp_path)
+    # the graph is made once (with torch) in this process; encoding then needs none
+    import os
+
+    os.environ["LR_CACHE_DIR"] = str(cache)
+    try:
+        OnnxDocEncoder.from_bundle(load_bundle(bundle))
+    finally:
+        del os.environ["LR_CACHE_DIR"]
+    code = ("import json, sys\n"
+            "from lr_opensearch.bundle import load_bundle\n"
+            "from lr_opensearch.model import open_doc_encoder\n"
+            f"e = open_doc_encoder(load_bundle({str(bundle)!r}), device='cpu')\n"
+            "b = e.encode(['a sentence to encode'])\n"
+            "assert type(e).__name__ == 'OnnxDocEncoder' and b.sparse[0]\n"
+            "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "LR_CACHE_DIR": str(cache)})
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
