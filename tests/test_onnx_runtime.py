@@ -130,7 +130,7 @@ def test_a_graph_of_another_hidden_size_is_refused(tmp_path: Path, cache: Path) 
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from lr_opensearch.bundle.store import file_sha256
+    from lr_opensearch.node.lock import sha256_file as file_sha256
 
     bundle = load_bundle(build_tiny_bundle(tmp_path))
     path = OnnxDocEncoder.from_bundle(bundle).graph.path
@@ -206,3 +206,56 @@ def test_the_onnx_path_imports_no_torch(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "LR_CACHE_DIR": str(cache)})
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def _rankings(bundle_path: Path, encoder: object, docs: list[str], queries: list[str]
+              ) -> tuple[list[list[int]], list[list[int]]]:
+    """Per query, the documents by the LR dense leg (the bundle's table) and by the LR sparse
+    leg (the bundle's query weights x the stored document weights): what the index ranks."""
+    from lr_opensearch.indexing.documents import SparseKeys, sparse_features
+    from lr_opensearch.query import QueryEncoder
+
+    bundle = load_bundle(bundle_path)
+    encoded = encoder.encode(docs)  # type: ignore[attr-defined]
+    keys = SparseKeys(bundle.tokenizer)
+    stored = [sparse_features(d, keys) for d in encoded.sparse]
+    dense, sparse = [], []
+    batch = QueryEncoder(bundle).encode_batch(queries)
+    for qd, qs in zip(batch.dense, batch.sparse, strict=True):
+        dense.append(np.argsort(-(encoded.dense @ qd), kind="stable")[:5].tolist())
+        scores = np.array([sum(w * doc.get(k, 0.0) for k, w in qs.items()) for doc in stored])
+        sparse.append(np.argsort(-scores, kind="stable")[:5].tolist())
+    return dense, sparse
+
+
+def test_a_bundle_built_on_onnx_searches_torch_encoded_documents_alike(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47 item 4: the bundle and the index do not depend on the runtime. A bundle
+    whose fit ran on ONNX Runtime (the default on a CPU) against documents encoded on torch
+    ranks as a bundle fitted on torch against documents encoded on ONNX Runtime."""
+    from model_fixtures import tiny_checkpoint_and_corpus
+
+    from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.bundle.fit import FitRecipe
+
+    model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
+    monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables"))
+    kw = {"batch_size": 64, "max_length": 64, "progress": False, "device": "cpu"}
+    made: list[str] = []
+    init = OnnxDocEncoder.__init__
+    monkeypatch.setattr(OnnxDocEncoder, "__init__",
+                        lambda self, *a, **k: made.append("onnx") or init(self, *a, **k))
+    on_onnx = build_bundle(model_dir, tmp_path / "onnx", fit=FitRecipe(corpora=(corpus,),
+                           max_queries=100), **kw)
+    assert made == ["onnx"]  # the fit's encoder: ONNX Runtime by default on a CPU
+    on_torch = build_bundle(model_dir, tmp_path / "torch", fit=FitRecipe(
+        corpora=(corpus,), max_queries=100, runtime="torch"), **kw)
+    assert made == ["onnx"]
+    a, b = load_bundle(on_onnx), load_bundle(on_torch)
+    # the fit's targets differ by float rounding (1e-6); the ridge fit and the float16 table
+    # carry it to a few float16 steps (measured 0.002)
+    np.testing.assert_allclose(a.table().astype(np.float32), b.table().astype(np.float32), atol=5e-3)
+    queries = [s.split(",")[0] for s in SENTENCES] + ["the capital", "a small model"]
+    by_onnx_bundle = _rankings(on_onnx, DocEncoder.from_bundle(a, device="cpu"), DOCS, queries)
+    by_torch_bundle = _rankings(on_torch, OnnxDocEncoder.from_bundle(b), DOCS, queries)
+    assert by_onnx_bundle == by_torch_bundle

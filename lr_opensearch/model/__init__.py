@@ -18,23 +18,23 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    "DocBatch": "batching",
-    "DocEncoder": "doc_encoder",
-    "OnnxDocEncoder": "onnx_encoder",
-    "open_doc_encoder": "runtime",
-    "Framing": "framing",
-    "instruction_ids": "framing",
-    "special_token_ids": "framing",
-    "tokenize_texts": "framing",
-    "naive_projection_max": "fused",
-    "projection_max": "fused",
-    "sparse_activation": "fused",
-    "SparseHead": "heads",
-    "ClsRetriever": "lightretriever",
-    "DocOutput": "lightretriever",
-    "LastTokenRetriever": "lightretriever",
-    "LightRetrieverModel": "lightretriever",
-    "MeanRetriever": "lightretriever",
+    "DocBatch": "lr_opensearch.model.batching",
+    "DocEncoder": "lr_opensearch.model.doc_encoder",
+    "OnnxDocEncoder": "lr_opensearch.model.onnx_encoder",
+    "open_doc_encoder": "lr_opensearch.model.runtime",
+    "Framing": "lr_opensearch.model.framing",
+    "instruction_ids": "lr_opensearch.model.framing",
+    "special_token_ids": "lr_opensearch.model.framing",
+    "tokenize_texts": "lr_opensearch.model.framing",
+    "naive_projection_max": "lr_opensearch.model.fused",
+    "projection_max": "lr_opensearch.model.fused",
+    "sparse_activation": "lr_opensearch.model.fused",
+    "SparseHead": "lr_opensearch.model.heads",
+    "ClsRetriever": "lr_opensearch.model.lightretriever",
+    "DocOutput": "lr_opensearch.model.lightretriever",
+    "LastTokenRetriever": "lr_opensearch.model.lightretriever",
+    "LightRetrieverModel": "lr_opensearch.model.lightretriever",
+    "MeanRetriever": "lr_opensearch.model.lightretriever",
 }
 
 __all__ = sorted(_HOMES)
@@ -44,6 +44,6 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

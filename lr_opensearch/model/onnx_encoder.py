@@ -12,9 +12,7 @@ sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,32 +22,13 @@ from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.numpy_head import NumpyHead
-from lr_opensearch.model.onnx_graph import Graph, ensure_graph, graph_inputs
+from lr_opensearch.model.onnx_graph import Graph, ensure_graph, unsupported
+from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
-
-
-def onnx_session(path: Path, threads: int | None = None) -> Any:
-    """An ONNX Runtime CPU session of the graph at ``path`` (``threads``: intra-op threads,
-    default ``$LR_ONNX_THREADS`` or all cores)."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise ConfigError("--runtime onnx needs onnxruntime: pip install 'lr-opensearch[ingest]', "
-                          "or use --runtime torch") from None
-    options = ort.SessionOptions()
-    threads = threads or int(os.environ.get("LR_ONNX_THREADS", "0"))
-    if threads:
-        options.intra_op_num_threads = threads
-    try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's own error types: a broken or foreign file
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"ONNX graph {path} does not load in onnxruntime {ort.__version__}: "
-                          f"{first}; delete {path.parent} to make it again") from None
 
 
 class OnnxDocEncoder:
@@ -96,11 +75,11 @@ class OnnxDocEncoder:
     def from_bundle(cls, bundle: Bundle, batch_size: int = 32,
                     threads: int | None = None) -> OnnxDocEncoder:
         """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
-        from lr_opensearch.model.runtime import choose_runtime
-
-        cfg = bundle.config  # a decoder or a Medusa mode: a line saying it runs on torch
-        choose_runtime("onnx", kind=cfg.kind, sparse_mode=cfg.sparse_mode, device="cpu",
-                       precision="fp32")
+        cfg = bundle.config
+        why = unsupported(cfg.kind, cfg.sparse_mode)
+        if why:
+            raise ConfigError(f"bundle {bundle.path}: not on ONNX Runtime with {why}; "
+                              "use --runtime torch")
         tokenizer = bundle.tokenizer
         graph = ensure_graph(bundle.doc_encoder_dir, cfg.sparse_head, tokenizer=tokenizer,
                              vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)))

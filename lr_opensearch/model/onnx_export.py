@@ -11,7 +11,6 @@ probe batch: a graph that differs by more than ``EXPORT_TOLERANCE`` is refused.
 from __future__ import annotations
 
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from torch import nn
 
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.model.lightretriever import LightRetrieverModel
-from lr_opensearch.model.onnx_graph import graph_inputs, write_graph
+from lr_opensearch.model.onnx_session import graph_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +45,10 @@ class _Body(nn.Module):
         return hidden
 
 
-def export_graph(model_dir: Path, sparse_head: str, out: Path, tokenizer: Any = None) -> Path:
-    """Export the encoder in ``model_dir`` into the graph directory ``out``.
+def export_graph(model_dir: Path, sparse_head: str, work: Path, tokenizer: Any = None,
+                 ) -> dict[str, Any]:
+    """Export the encoder in ``model_dir``: ``onnx_graph.write_graph``'s arguments (the
+    graph as a file in the directory ``work``, which write_graph moves into the cache).
 
     ``tokenizer`` (the bundle's) stands in for a missing tokenizer.json in ``model_dir``.
 
@@ -68,22 +69,19 @@ def export_graph(model_dir: Path, sparse_head: str, out: Path, tokenizer: Any = 
     probe = _probe(model.vocab_size)
     names = ["hidden", "head_hidden"] if body.head_hidden else ["hidden"]
     logger.info("exporting %s to ONNX once (torch %s, opset %d)", model_dir, torch.__version__, OPSET)
-    with tempfile.TemporaryDirectory(prefix="lr-onnx-") as tmp:
-        path = Path(tmp) / "model.onnx"
-        axes = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"}}
-        axes.update({n: {0: "batch", 1: "length"} for n in names})
-        with torch.inference_mode():
-            torch.onnx.export(body, probe, str(path), input_names=["input_ids", "attention_mask"],
-                              output_names=names, dynamic_axes=axes, opset_version=OPSET,
-                              dynamo=False)
-            expected = body(*probe)
-        _check_export(path, probe, expected if body.head_hidden else (expected,))
-        weight, bias = model.head.projection(model.hf)
-        head = {"weight": weight.detach().float().numpy()}
-        if bias is not None:
-            head["bias"] = bias.detach().float().numpy()
-        return write_graph(out, path, source=f"export torch {torch.__version__}", head=head,
-                           head_hidden=body.head_hidden)
+    path = work / "model.onnx"
+    axes = {n: {0: "batch", 1: "length"} for n in ("input_ids", "attention_mask", *names)}
+    with torch.inference_mode():
+        torch.onnx.export(body, probe, str(path), input_names=["input_ids", "attention_mask"],
+                          output_names=names, dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+        expected = body(*probe)
+    _check_export(path, probe, expected if body.head_hidden else (expected,))
+    weight, bias = model.head.projection(model.hf)
+    head = {"weight": weight.detach().float().numpy()}
+    if bias is not None:
+        head["bias"] = bias.detach().float().numpy()
+    return {"onnx_bytes": path, "source": f"export torch {torch.__version__}", "head": head,
+            "head_hidden": body.head_hidden}
 
 
 def _probe(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:

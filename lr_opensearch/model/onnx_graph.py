@@ -26,6 +26,7 @@ import importlib.util
 import json
 import logging
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,19 @@ class Graph:
         return self.path / GRAPH_FILE
 
 
+def unsupported(kind: str, sparse_mode: str) -> str | None:
+    """Why a backbone's document forward has no graph here (a phrase), or None: encoders
+    in the "max" sparse mode only (a decoder LLM, or Medusa heads, run on torch)."""
+    if kind != "encoder":
+        return f"a {kind} backbone (its document forward runs on torch)"
+    if sparse_mode != "max":
+        return f"sparse_mode {sparse_mode!r} (Medusa heads run on torch)"
+    return None
+
+
 def graph_key(model_dir: Path, sparse_head: str) -> str:
     """Names an encoder's graph: its config.json and weights' sha256, and its sparse head."""
-    from lr_opensearch.bundle.store import file_sha256
+    from lr_opensearch.node.lock import sha256_file as file_sha256
 
     files = [model_dir / "config.json", *sorted(model_dir.glob("*.safetensors"))]
     if not files[0].is_file() or len(files) < 2:
@@ -106,7 +117,8 @@ def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
                     f"{out.parent}), or use --runtime torch")
             from lr_opensearch.model.onnx_export import export_graph
 
-            export_graph(model_dir, sparse_head, out, tokenizer)
+            with tempfile.TemporaryDirectory(prefix="lr-onnx-") as work:
+                write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer))
     return load_graph(out, model_dir, vocab_limit=vocab_limit)
 
 
@@ -114,7 +126,7 @@ def load_graph(path: Path, model_dir: Path, *, vocab_limit: int) -> Graph:
     """The graph in ``path``, checked against its manifest and the encoder's config.json."""
     from safetensors.numpy import load_file
 
-    from lr_opensearch.bundle.store import file_sha256
+    from lr_opensearch.node.lock import sha256_file as file_sha256
 
     for name in (MANIFEST, GRAPH_FILE, HEAD_FILE):
         if not (path / name).is_file():
@@ -145,10 +157,11 @@ def load_graph(path: Path, model_dir: Path, *, vocab_limit: int) -> Graph:
 
 def write_graph(out: Path, onnx_bytes: bytes | Path, *, source: str, head: dict[str, np.ndarray],
                 head_hidden: bool) -> Path:
-    """Write a graph directory atomically (a temporary sibling renamed into place)."""
+    """Write a graph directory atomically (a temporary sibling renamed into place); a
+    graph given as a file is moved there."""
     from safetensors.numpy import save_file
 
-    from lr_opensearch.bundle.store import file_sha256
+    from lr_opensearch.node.lock import sha256_file as file_sha256
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -202,15 +215,3 @@ def _from_jar(model_dir: Path, sparse_head: str, out: Path) -> bool:
                     head={"weight": theirs[WORD_EMBEDDINGS]}, head_hidden=False)
         return True
     return False
-
-
-def graph_inputs(session: Any, input_ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-    """The feed of an ONNX Runtime session: the inputs its graph names, int64."""
-    feed = {"input_ids": input_ids, "attention_mask": mask,
-            "token_type_ids": np.zeros_like(input_ids)}
-    names = [i.name for i in session.get_inputs()]
-    unknown = [n for n in names if n not in feed]
-    if unknown:
-        raise ConfigError(f"the ONNX graph asks for inputs {unknown}; it takes input_ids, "
-                          "attention_mask and token_type_ids only")
-    return {n: feed[n] for n in names}

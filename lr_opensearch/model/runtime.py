@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.model.onnx_graph import unsupported
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME, RUNTIMES, choice
 
 if TYPE_CHECKING:
@@ -55,11 +56,7 @@ def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: st
         return f"--encode-precision {precision} (torch's; ONNX Runtime encodes in fp32)"
     if not _installed("onnxruntime"):
         return "onnxruntime is not installed (pip install 'lr-opensearch[ingest]')"
-    if kind != "encoder":
-        return f"a {kind} backbone (its document forward runs on torch)"
-    if sparse_mode != "max":
-        return f"sparse_mode {sparse_mode!r} (Medusa heads run on torch)"
-    return None
+    return unsupported(kind, sparse_mode)
 
 
 def choose_runtime(runtime: str, *, kind: str, sparse_mode: str, device: str | None,
