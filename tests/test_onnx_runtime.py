@@ -259,3 +259,22 @@ def test_a_bundle_built_on_onnx_searches_torch_encoded_documents_alike(
     by_onnx_bundle = _rankings(on_onnx, DocEncoder.from_bundle(a, device="cpu"), DOCS, queries)
     by_torch_bundle = _rankings(on_torch, OnnxDocEncoder.from_bundle(b), DOCS, queries)
     assert by_onnx_bundle == by_torch_bundle
+
+
+def test_the_ingest_install_pulls_no_torch() -> None:
+    """Issue 47 item 2: ``pip install lr-opensearch`` and ``.[ingest]`` declare no torch (nor
+    what only torch needs); ``.[ingest]`` brings ONNX Runtime; ``.[train]`` brings torch."""
+    import re
+
+    import tomllib  # Python 3.11+, as tests/test_bench_imports.py
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def names(deps: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in deps}
+
+    torch_side = {"torch", "transformers", "peft", "accelerate", "triton"}
+    assert not names(project["dependencies"] + extras["ingest"]) & torch_side
+    assert {"onnxruntime", "onnx"} <= names(extras["ingest"])
+    assert {"torch", "transformers"} <= names(extras["train"])
