@@ -5,7 +5,7 @@
         [--clients 8] [--seconds 5] [--dataset DIR --split train] [--url URL]
         [--sparse-top-k K] [--knn-engine lucene|faiss] [--knn-encoder sq7]
         [--ef-search N] [--sparse-min-idf X] [--setting KEY=VALUE] [--quality]
-        [--tag NAME] [--index-of TAG] [--rebuild] [--build-only] [--template]
+        [--tag NAME] [--index-of TAG] [--rebuild] [--build-only] [--template] [--plugin]
         [--out results/bench/scale.json]
 
 For each size N: a corpus of N documents synthesised from the real encoded documents of
@@ -20,7 +20,11 @@ vectors precomputed (bulk only, no model; refresh off while loading), then timed
   BM25 on ``text``; every token with BM25 on title + text), for each C; with
   ``--template`` also the index's stored text-only search template (``GET
   /<index>/_search/template``, the cluster encodes the query; the bench deploys the query
-  models first, so the node needs ml-commons) - shapes interleaved per query so drift hits
+  models first, so the node needs ml-commons); with ``--plugin`` also the LightRetriever
+  plugin's ``POST /<index>/_lightretriever`` at each C (the bench loads the bundle into it;
+  the node needs the plugin: ``lr node start --with-plugin``) beside client fusion that
+  fetches the page's ``_source`` as the plugin does (``hybrid-client+src``) - shapes
+  interleaved per query so drift hits
   all alike: p50 / p99 ms (each index is calibrated after its build, and again if its
   calibration lacks a timed shape);
 - ``--clients`` threads for ``--seconds`` per shape: QPS, p50 / p99 ms.
@@ -158,10 +162,13 @@ CALIBRATED_SHAPES: list[tuple[str, int | None, tuple[str, ...] | None]] = [
 ]
 
 
-def shapes_for(leg_names: list[str], cs: list[int],
-               template: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+def shapes_for(leg_names: list[str], cs: list[int], template: str | None = None,
+               plugin: bool = False) -> list[tuple[str, dict[str, Any]]]:
     """(shape name, search overrides) for every shape the bench times; ``template``: also
-    the index's stored text-only search template (in-cluster encoding, its own knn k)."""
+    the index's stored text-only search template (in-cluster encoding, its own knn k);
+    ``plugin``: also the LightRetriever plugin's one text-only request at each C, and
+    client fusion fetching the page's ``_source`` as the plugin does (``+src``), so the
+    two are timed doing the same work."""
     from lr_opensearch.options import CALIBRATED, DEFAULT_CANDIDATES
 
     out: list[tuple[str, dict[str, Any]]] = [("bm25@10", {"mode": "bm25", "k": 10})]
@@ -174,6 +181,10 @@ def shapes_for(leg_names: list[str], cs: list[int],
             shape = {} if tokens is None else {"sparse_tokens": tokens, "text_fields": fields}
             out.append((f"{name}@{c}", {"mode": "hybrid", "fusion": CALIBRATED, "candidates": c,
                                         "k": 10, **shape}))
+        if plugin:
+            out += [(f"hybrid-client+src@{c}", {"mode": "hybrid", "fusion": "client",
+                                                 "candidates": c, "k": 10, "source": True}),
+                    (f"plugin@{c}", {"plugin": {"size": 10, "candidates": c}})]
     if template:
         out.append((f"template@{DEFAULT_CANDIDATES}", {"template": template}))
     return out
@@ -216,13 +227,16 @@ def deployed_template(client: Any, bundle: Any, name: str) -> str:
 def run_shape(retriever: Any, text: str, over: dict[str, Any], search: dict[str, Any]) -> Any:
     """One search of a shape: the stored template as a curl user sends it, or the
     retriever's search."""
+    if "plugin" in over:  # POST /<index>/_lightretriever, as any client sends it
+        return retriever.adapter.client.transport.perform_request(
+            "POST", f"/{retriever.index}/_lightretriever", body={"text": text, **over["plugin"]})
     if "template" in over:
         from lr_opensearch.engine.text_queries import TEMPLATE_PARAM
 
         return retriever.adapter.client.transport.perform_request(
             "GET", f"/{retriever.index}/_search/template",
             body={"id": over["template"], "params": {TEMPLATE_PARAM: text}})
-    return retriever.search(text, source=False, **search, **over)
+    return retriever.search(text, **{"source": False, **search, **over})
 
 
 def one_client(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
@@ -264,7 +278,8 @@ def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int,
              "hybrid_client": one[f"hybrid-client@{c}"]}
     for mode, shape in (("calibrated", f"calibrated@{c}"), ("calibrated_full",
                                                              f"calibrated-full@{c}"),
-                        ("template", f"template@{c}")):
+                        ("template", f"template@{c}"), ("plugin", f"plugin@{c}"),
+                        ("hybrid_client_src", f"hybrid-client+src@{c}")):
         if shape in one:  # (sizes timed before the calibrated fusion existed have none)
             modes[mode] = one[shape]
     for leg in leg_names:
@@ -321,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time the text-only search template (in-cluster encoding): "
                    "deploys the bundle's query models on the index (needs ml-commons: "
                    "lr node start --with-ml)")
+    p.add_argument("--plugin", action="store_true",
+                   help="also time the LightRetriever plugin's POST /<index>/_lightretriever "
+                   "(loads the bundle into it: lr plugin load; needs a node with the plugin: "
+                   "lr node start --with-plugin)")
     p.add_argument("--build-only", action="store_true",
                    help="build (and calibrate) the indexes, record their build figures in "
                    "--out and time nothing: a later run times them (a 1M build takes an hour)")
@@ -376,8 +395,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: built, {n} documents; timing left to a later run", flush=True)
             continue
         ensure_shapes_calibrated(client, bundle, name)
+        if args.plugin:
+            from lr_opensearch.plugin.load import load_plugin_model
+
+            load_plugin_model(client, bundle, name)
         shapes = shapes_for(leg_names, cs, deployed_template(client, bundle, name)
-                            if args.template else None)
+                            if args.template else None, plugin=args.plugin)
         settings = dict(kv.split("=", 1) for kv in args.setting)
         if settings:
             adapter.put_index_settings(name, settings)

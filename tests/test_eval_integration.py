@@ -137,3 +137,43 @@ def test_lr_eval_end_to_end(
         assert set(run) == set(qrels)
     finally:
         os_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+@pytest.mark.parametrize("held", ["foreign", "collection+foreign"])
+def test_lr_eval_never_writes_into_an_index_holding_other_documents(
+    held: str,
+    tmp_path: Path,
+    opensearch_url: str,
+    os_client: Any,
+    index_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An index of the same bundle that holds documents not in the collection (another
+    corpus ingested into it) is refused, with why and what to do; nothing is written."""
+    from ingest_support import ingest_config, write_jsonl
+
+    from lr_opensearch.cli import main
+    from lr_opensearch.indexing.run import run
+
+    monkeypatch.setenv("LR_INGEST_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bundle = build_tiny_bundle(tmp_path)
+    data = tiny_beir(tmp_path / "tinyset")
+    foreign = [{"_id": f"other-{i}", "text": f"a document of another corpus, number {i}"}
+               for i in range(10)]
+    own = [json.loads(x) for x in gzip.decompress((data / "corpus.jsonl.gz").read_bytes())
+           .decode().splitlines()]
+    docs = foreign + (own[:5] if held == "collection+foreign" else [])
+    corpus = write_jsonl(tmp_path / "other.jsonl", docs)
+    run(ingest_config(corpus, bundle, index_name, opensearch_url, tmp_path / "seed-state"))
+    args = ["eval", "--dataset", str(data), "--bundle", str(bundle), "--index", index_name,
+            "--url", opensearch_url, "--out", str(tmp_path / "report"), "--runs", "bm25",
+            "--no-sweep"]
+    caplog.clear()
+    assert main(args) == 1
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert index_name in error and "10 document" in error and "--index" in error
+    os_client.indices.refresh(index=index_name)
+    assert os_client.count(index=index_name)["count"] == len(docs)
+    assert not (tmp_path / "report" / "report.json").exists()

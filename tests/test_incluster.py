@@ -337,6 +337,35 @@ def test_a_half_done_deploy_leaves_nothing_registered(ml_client: Any, tmp_path: 
     assert _registered(ml_client, f"lr-{bundle.bundle_id[:12]}-") == []
 
 
+def test_two_deploys_at_once_one_says_the_other_is_running(ml_client: Any, ml_node: NodeConfig,
+                                                          tmp_path: Path) -> None:
+    """Two `lr models deploy` of one bundle started together: one deploys, the other says
+    another deploy is running (a lease in the cluster) instead of failing half-way; the
+    models end deployed, once each, and the lease is gone."""
+    import os
+    import subprocess
+    import sys
+
+    from lr_opensearch.cluster.lease import LEASE_INDEX
+
+    path = tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False), seed=13)
+    bundle = load_bundle(path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LR_OPENSEARCH_")}
+    argv = [sys.executable, "-m", "lr_opensearch.cli", "models", "deploy", "--bundle", str(path),
+            "--url", ml_node.url, "--timeout", "240"]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    done = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    codes = sorted(rc for rc, _out, _err in done)
+    loser = next((err for rc, _out, err in done if rc != 0), "")
+    assert codes == [0, 1], done
+    assert "another lr models deploy" in loser and "is running" in loser, loser
+    assert "Failed to find model" not in loser and "Traceback" not in loser
+    models = mlapi.list_models(ml_client, f"lr-{bundle.bundle_id[:12]}-")
+    assert len(models) == 2 and all(m["state"] == mlapi.DEPLOYED for m in models), models
+    assert not ml_client.exists(index=LEASE_INDEX, id=f"models-deploy-{bundle.bundle_id[:12]}")
+
+
 def _zip_of(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:

@@ -3,6 +3,7 @@ bad input reported line by line, bundle mismatch refused, stdin, the worker spli
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -211,3 +212,16 @@ def test_stdin_and_the_local_launcher(tiny: Path, encoder: Any, os_client: Any,
     assert summary["counts"]["indexed"] == len(docs) and summary["workers"] == 2
     ids = index_ids(os_client, index_name)
     assert len(ids) == len(set(ids)) == len(docs) and set(ids) == {d["_id"] for d in docs}
+
+
+def test_gzip_piped_on_stdin_is_indexed(tiny: Path, os_client: Any, opensearch_url: str,
+                                        index_name: str, tmp_path: Path) -> None:
+    """``gzip -c c.jsonl | python -m ingest.bulk - ...``: detected by its magic bytes."""
+    docs = read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=20)
+    payload = gzip.compress(b"".join((json.dumps(d) + "\n").encode() for d in docs))
+    proc = ingest_cli(["-", "--bundle", str(tiny), "--index", index_name, "--url",
+                       opensearch_url, "--state-dir", str(tmp_path / "s"), "--no-progress"],
+                      stdin=payload)
+    assert proc.returncode == 0, proc.stderr.decode()
+    ids = index_ids(os_client, index_name)
+    assert len(ids) == len(set(ids)) and set(ids) == {d["_id"] for d in docs}

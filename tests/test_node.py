@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from node_support import free_port
@@ -195,6 +196,93 @@ def test_cli_lifecycle(tmp_path: Path) -> None:
     assert after.returncode == 3 and "not running" in after.stdout
     again = _lr("stop", *where)
     assert again.returncode == 0 and "no node running" in again.stdout
+
+
+def _put(url: str, body: dict) -> None:
+    req = urllib.request.Request(url, method="PUT", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+
+
+def _health_server(health: dict, indices: list) -> Any:
+    """A stand-in node on a free loopback port answering ``_cluster/health`` with
+    ``health`` (HTTP 408 when its wait timed out, as the engine answers) and ``_cat/indices``
+    with ``indices`` (the caller shuts it down)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's spelling
+            asks = "_cluster/health" in self.path
+            body = json.dumps(health if asks else indices).encode()
+            self.send_response(408 if asks and health["timed_out"] else 200)  # as the engine
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_green_on_a_single_node_accepts_its_unassignable_replicas(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Waiting for green, a lone node that is yellow (its replicas have nowhere to go) is
+    ready: the wait ends at once and says which index asks for replicas; two nodes that are
+    yellow, or a red node, still wait."""
+    from lr_opensearch.node.process import wait_for_health
+
+    yellow = {"status": "yellow", "timed_out": True, "number_of_nodes": 1,
+              "unassigned_shards": 1}
+    server = _health_server(yellow, [{"index": "replicated", "rep": "1"}])
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        wait_for_health(url, "green", 30)
+        assert time.monotonic() - started < 15
+        assert "replicated" in caplog.text and "number_of_replicas" in caplog.text
+        yellow["number_of_nodes"] = 2
+        with pytest.raises(NodeError, match="not green"):
+            wait_for_health(url, "green", 2)
+        yellow.update(number_of_nodes=1, status="red")
+        with pytest.raises(NodeError, match="not green"):
+            wait_for_health(url, "green", 2)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.node
+def test_a_restarted_single_node_is_yellow_by_nature_and_never_stopped(tmp_path: Path) -> None:
+    """A single node whose index asks for a replica is yellow for good: `lr node start`
+    (waiting for green) accepts yellow there and names the index; and a node that answers
+    but never reaches the health asked for (a primary it cannot assign) is left running."""
+    http, transport = free_port(), free_port()
+    where = ["--http-port", str(http), "--data-dir", str(tmp_path / "node")]
+    url = f"http://127.0.0.1:{http}"
+    try:
+        first = _lr("start", *where, "--transport-port", str(transport), "--heap", "512m")
+        assert first.returncode == 0, first.stdout + first.stderr
+        _put(f"{url}/replicated", {"settings": {"number_of_replicas": 1}})
+        assert _lr("stop", *where).returncode == 0
+        again = _lr("start", *where, "--timeout", "400", timeout=600)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "cluster yellow" in again.stdout and "replicated" in again.stderr
+        assert "number_of_replicas" in again.stderr
+
+        _put(f"{url}/stranded", {"settings": {"number_of_replicas": 0,
+                                              "index.routing.allocation.require._name": "none"}})
+        assert _lr("stop", *where).returncode == 0
+        red = _lr("start", *where, "--timeout", "150", timeout=600)
+        assert red.returncode == 1 and "left running" in red.stderr, red.stdout + red.stderr
+        status = _lr("status", *where, "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["health"] == "red"
+    finally:
+        _lr("stop", *where)
 
 
 @pytest.mark.node

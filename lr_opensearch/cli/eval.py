@@ -8,7 +8,8 @@
             xtr+rerank --reranker ur2n --ur2n-bundle U [--token-index T]   # UR²N
 
 Indexes the corpus through the ingest library (an existing index is reused when its
-bundle matches and it holds the whole corpus), runs the judged queries in batches and
+bundle matches and it holds the whole corpus; one that holds documents not in the corpus
+is refused, never written into), runs the judged queries in batches and
 writes ``report.json``, one TREC run file per run and ``sweep.png`` (a weight sweep of one
 leg against the bundle's other legs, for display only: it never changes the bundle's
 default weights, which were chosen on SciFact train queries).

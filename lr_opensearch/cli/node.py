@@ -227,7 +227,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _with_ml(p)
     p.set_defaults(func=_cmd_install)
 
-    p = sub.add_parser("start", help="start a node in the background and wait for green")
+    p = sub.add_parser("start", help="start a node in the background and wait for green (a "
+                       "lone node whose indices ask for replicas: yellow, which it stays)")
     _where(p, DEFAULT_ENGINE)
     p.add_argument("--transport-port", type=int, default=None,
                    help="node-to-node port (default http port + 100)")

@@ -29,6 +29,7 @@ from lr_opensearch.cluster.export import (
     export_dense,
     export_sparse,
 )
+from lr_opensearch.cluster.lease import lease
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
@@ -39,6 +40,7 @@ from lr_opensearch.legs import fusion_config
 logger = logging.getLogger(__name__)
 
 _REUPLOAD = ("REGISTERING",)  # an upload that never finished: delete, upload again
+DEPLOY_LEASE_SLACK_S = 600.0  # a deploy's lease: its two waits (timeout each) and this
 
 
 def ensure_model(client: Any, model: ModelZip, timeout: float = 300.0) -> tuple[str, str]:
@@ -92,12 +94,24 @@ def deploy_bundle(client: Any, bundle: Bundle, index: str | None = None, *,
         done per model).
 
     Raises:
-        EngineError: no ml-commons, a failed deploy, or an index built with another bundle.
+        EngineError: no ml-commons, a failed deploy, an index built with another bundle, or
+            another deploy of the bundle running (its lease, :mod:`lr_opensearch.cluster.lease`).
     """
     mlapi.require_ml(client)
     max_tokens = cluster_max_tokens(bundle, max_tokens)
     if index is not None:
         make_adapter(client).check_bundle(index, bundle)
+    short = bundle.bundle_id[:12]
+    with lease(client, f"models-deploy-{short}", f"lr models deploy of bundle {short}",
+               ttl_s=2 * timeout + DEPLOY_LEASE_SLACK_S):
+        return _deploy(client, bundle, index, instruction, max_tokens, sparse_min_idf,
+                       default_pipeline, timeout)
+
+
+def _deploy(client: Any, bundle: Bundle, index: str | None, instruction: str | None,
+            max_tokens: int, sparse_min_idf: float, default_pipeline: bool,
+            timeout: float) -> dict[str, Any]:
+    """:func:`deploy_bundle` under its lease."""
     dense = export_dense(bundle, instruction=instruction, max_tokens=max_tokens)
     sparse = export_sparse(bundle, max_tokens=max_tokens, sparse_min_idf=sparse_min_idf)
     uploaded: list[tuple[str, str]] = []  # (id, name) of the models this call uploaded

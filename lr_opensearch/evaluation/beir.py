@@ -108,13 +108,19 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def indexable_docs(dataset: Dataset) -> int:
-    """How many corpus records ingest keeps (the reader's valid records: a record with
-    neither title nor text, a duplicate id, a malformed line are skipped); an index holding
-    this many documents holds the whole corpus."""
+def corpus_ids(dataset: Dataset) -> list[str]:
+    """The ids of the corpus records ingest keeps (the reader's valid records: a record with
+    neither title nor text, a duplicate id, a malformed line are skipped), in file order."""
     from lr_opensearch.indexing.reader import CorpusReader, Record
 
-    return sum(isinstance(item, Record) for item in CorpusReader(str(dataset.corpus_path)))
+    return [item.id for item in CorpusReader(str(dataset.corpus_path))
+            if isinstance(item, Record)]
+
+
+def indexable_docs(dataset: Dataset) -> int:
+    """How many corpus records ingest keeps (``corpus_ids``); an index holding this many
+    documents holds the whole corpus."""
+    return len(corpus_ids(dataset))
 
 
 def load_beir(path: str | Path, split: str = "test") -> Dataset:

@@ -51,7 +51,7 @@ from lr_opensearch.evaluation.beir import (
     Dataset,
     Run,
     compute_metrics,
-    indexable_docs,
+    corpus_ids,
     load_beir,
     write_trec,
 )
@@ -96,9 +96,15 @@ def default_index_name(dataset: Dataset, bundle: Bundle) -> str:
 
 
 def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, url: str | None) -> str:
-    """Reuse ``index`` if it holds this bundle's encoding of the whole corpus; else ingest.
+    """Reuse ``index`` if it holds this bundle's encoding of the whole corpus; else ingest
+    (into a new index, or one holding part of the corpus and nothing else: it resumes).
 
-    Returns: "reused" or "ingested". Raises BundleMismatchError for a foreign index.
+    Returns: "reused" or "ingested".
+
+    Raises:
+        BundleMismatchError: the index was built with another bundle.
+        ConfigError: the index holds documents that are not the collection's (its scores
+            would be wrong, and an evaluation never writes into it); nothing is written.
     """
     from lr_opensearch.engine.factory import make_adapter
 
@@ -106,11 +112,15 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
     if adapter.index_exists(index):
         adapter.check_bundle(index, bundle)
         adapter.refresh(index)
-        count = adapter.count(index)
-        if count == dataset.n_docs or count == indexable_docs(dataset):  # skipped: not missing
+        ids = corpus_ids(dataset)
+        count, held = adapter.count(index), _held(adapter, index, ids)
+        if count > held:
+            _refuse_foreign(dataset, bundle, index, count, held)
+        if held == len(ids):
             logger.info("reusing index %s (%d docs, bundle %s)", index, count, bundle.bundle_id)
             return "reused"
-        logger.info("index %s has %d of %d docs: ingesting (resumes)", index, count, dataset.n_docs)
+        logger.info("index %s has %d of the %d documents of %s: ingesting (resumes)", index,
+                    held, len(ids), dataset.name)
     from lr_opensearch.indexing.config import ConnectionConfig, IngestConfig
     from lr_opensearch.indexing.run import run as ingest_run
 
@@ -123,6 +133,29 @@ def ensure_indexed(client: Any, dataset: Dataset, bundle: Bundle, index: str, ur
     summary = ingest_run(cfg, client=client)
     logger.info("ingested %s into %s: %s", dataset.corpus_path, index, summary.counts)
     return "ingested"
+
+
+HELD_BATCH = 2000  # ids per _mget when checking which corpus documents an index holds
+
+
+def _held(adapter: Any, index: str, ids: Sequence[str]) -> int:
+    """How many of ``ids`` the index holds (``_mget`` without sources, in batches)."""
+    return sum(len(adapter.fetch_sources(index, ids[i : i + HELD_BATCH], False))
+               for i in range(0, len(ids), HELD_BATCH))
+
+
+def _refuse_foreign(dataset: Dataset, bundle: Bundle, index: str, count: int,
+                    held: int) -> None:
+    own = default_index_name(dataset, bundle)
+    todo = (f"leave out --index to use lr eval's own index ({own}), or name a new one with "
+            f"--index" if index != own else
+            f"delete it (lr index delete {index}) so that lr eval builds it again, or name "
+            "a new one with --index")
+    raise ConfigError(
+        f"index {index!r} holds {count - held} document(s) that are not in the {dataset.name} "
+        f"corpus ({count} in all, {held} of the corpus): an evaluation never writes into an "
+        f"index holding other documents, and scores over it would be wrong; nothing was "
+        f"written. To evaluate, {todo}")
 
 
 def ensure_calibrated(client: Any, bundle: Bundle, index: str) -> None:

@@ -34,11 +34,11 @@ class GzipStream(io.RawIOBase):
         zlib.error: the compressed data is corrupt (or its checksum does not match).
     """
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: IO[bytes] | io.RawIOBase) -> None:
         super().__init__()
         self._raw = raw
         self._d = zlib.decompressobj(wbits=31)
-        self._input = b""
+        self._input: bytes | memoryview = b""
         self._out = b""
         self._read = 0  # compressed bytes read from ``raw``
         self._careful = False  # a step failed: feed one byte at a time up to the damage
@@ -71,12 +71,14 @@ class GzipStream(io.RawIOBase):
                     return False
                 raise EOFError("the file ends in the middle of the compressed data")
         if self._d.eof:  # the previous member is complete: another one, or zero padding
-            if not self._input.strip(b"\x00"):
+            if not bytes(self._input).strip(b"\x00"):
                 self._input = b""
                 return True
             self._d = zlib.decompressobj(wbits=31)
-        piece = self._input[:1] if self._careful else self._input
-        rest = self._input[len(piece):]
+        # a view: one byte at a time must not copy the rest of the read each time
+        view = memoryview(self._input)
+        piece = view[:1] if self._careful else view
+        rest = view[len(piece):]
         before = None if self._careful else self._d.copy()
         try:
             self._out = self._d.decompress(piece, OUT)
@@ -85,16 +87,42 @@ class GzipStream(io.RawIOBase):
                 raise zlib.error(f"{exc}, at byte {self.consumed} of the file") from None
             self._d, self._careful = before, True
             return True
-        self._input = (self._d.unused_data if self._d.eof else self._d.unconsumed_tail) + rest
+        left = self._d.unused_data if self._d.eof else self._d.unconsumed_tail
+        self._input = left + rest if left else rest
         return True
 
 
+MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member
+
+
+class Prefixed(io.RawIOBase):
+    """``head`` (bytes already read from ``rest``) then the rest of ``rest``: a stream that
+    cannot seek back (stdin) read again from its start after its magic bytes were looked at."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        super().__init__()
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 def is_gzip(path: str) -> bool:
-    """Whether the file at ``path`` is gzip (by its magic bytes; ``-``, stdin: no)."""
+    """Whether the file at ``path`` is gzip (by its magic bytes; ``-``, stdin: not known
+    before it is read: ``reader.open_corpus`` looks at its first bytes)."""
     if path == STDIN:
         return False
     with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+        return f.read(2) == MAGIC
 
 
 def count_lines(path: str) -> int:

@@ -37,7 +37,8 @@ from lr_opensearch.errors import CorpusError, IngestError
 from lr_opensearch.instructions import document_text  # noqa: F401 - re-exported
 
 from .config import STDIN
-from .gzstream import GzipStream, damage_at
+from .gzdamage import DamageTrail, describe
+from .gzstream import MAGIC, GzipStream, Prefixed, damage_at
 
 MAX_ID_BYTES = 512  # OpenSearch rejects longer _id values
 EXCERPT_CHARS = 200  # how much of a bad line goes into the dead-letter file
@@ -125,17 +126,22 @@ def worker_of(key: str, workers: int) -> int:
 def open_corpus(path: str) -> tuple[IO[bytes], IO[bytes]]:
     """Open a corpus as (decoded binary stream, underlying raw file).
 
-    gzip is recognised by its magic bytes, not the name; ``-`` is stdin (both the same).
+    gzip is recognised by its magic bytes, not the name, on stdin as in a file; ``-`` is
+    stdin (``raw`` is then ``sys.stdin.buffer``, which the caller leaves open).
     ``raw.tell()`` is the position in the file on disk (compressed bytes for gzip).
 
     Raises:
         CorpusError: the file does not exist or is not readable.
     """
     if path == STDIN:
-        return sys.stdin.buffer, sys.stdin.buffer
+        stdin = sys.stdin.buffer
+        head = stdin.read(len(MAGIC))
+        if head != MAGIC:
+            return io.BufferedReader(Prefixed(head, stdin)), stdin
+        return io.BufferedReader(GzipStream(Prefixed(head, stdin)), buffer_size=1 << 20), stdin
     check_corpus(path)
     raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    if raw.peek(2)[:2] == b"\x1f\x8b":
+    if raw.peek(2)[:2] == MAGIC:
         return io.BufferedReader(GzipStream(raw), buffer_size=1 << 20), raw
     return raw, raw
 
@@ -198,6 +204,7 @@ class CorpusReader:
         self.resume_line = resume_line
         self.resume_offset = resume_offset
         self._seen: set[str] = set()
+        self._trail = DamageTrail()  # where a damaged .gz shows
         self._raw: IO[bytes] | None = None
         self._file_pos = 0
         self.bytes_read = 0
@@ -208,7 +215,7 @@ class CorpusReader:
             yield from self._items(stream)
         finally:
             self._file_pos = self.file_position()
-            if stream is not sys.stdin.buffer:
+            if self._raw is not sys.stdin.buffer:  # stdin stays open: it is the process's
                 stream.close()
                 self._raw.close()
             self._raw = None
@@ -264,18 +271,18 @@ class CorpusReader:
                               "changed; rerun with --restart.")
         if position is None:
             position = self.file_position()
-        return Truncation(line_no, offset, position, (
-            f"{self.path} is cut short or corrupt from line {line_no} on: it could not be read "
-            f"past byte {position} of the file ({offset} bytes uncompressed; {exc}). The "
-            f"{line_no - 1} lines before were read (the last few may be damaged too if the "
-            "file is corrupt); get a complete copy of the file to ingest the rest"))
+        size = None if self.path == STDIN else os.path.getsize(self.path)
+        return Truncation(line_no, offset, position,
+                          describe(self.path, line_no, offset, exc, position, self._trail, size))
 
     def _classify(self, raw: bytes, line_no: int, end: int) -> Item:
         if not raw.strip():
+            self._trail.see(line_no, end, unreadable=False, blank=True)
             return Foreign(line_no, end)
         if line_no == 1 and raw.startswith(BOM):  # editors on Windows write one
             raw = raw[len(BOM):]
         parsed = _parse_line(raw, line_no, end)
+        self._trail.see(line_no, end, unreadable=isinstance(parsed, Rejection))
         if isinstance(parsed, Rejection):
             return parsed if self._mine_by_line(line_no) else Foreign(line_no, end)
         obj = parsed

@@ -81,7 +81,8 @@ def request_refusal(info: dict[str, Any], index: str) -> str:
     """The message of a run stopped by a refused bulk request: what the cluster answered,
     that nothing was lost, what to do."""
     status = info.get("status")
-    todo = REQUEST_REFUSALS.get(status, OTHER_REFUSAL).format(index=index)
+    todo = (REQUEST_REFUSALS.get(status, OTHER_REFUSAL) if isinstance(status, int)
+            else OTHER_REFUSAL).format(index=index)
     kind, message = failure_reason(info)
     return (f"index {index!r}: the cluster refused the bulk request as a whole (HTTP {status} "
             f"{kind}: {message}), not any one document; nothing was lost: no document was "

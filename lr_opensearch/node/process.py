@@ -60,6 +60,11 @@ def _get_json(url: str, timeout: float = 5.0) -> dict | list | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
             return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # a health wait that timed out answers 408 + health
+        try:
+            return json.loads(exc.read())
+        except (OSError, ValueError):
+            return None
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
@@ -183,8 +188,10 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
         config: the node's settings (``config.engine`` must be the installation's).
         installation: the engine's home and the JDK to run.
         wait: block until the cluster reaches ``wait_for`` health.
-        timeout: seconds to wait before giving up (the node is then stopped).
-        wait_for: "green" or "yellow".
+        timeout: seconds to wait before giving up (a node that never answered is then
+            stopped; one that answers is left running, serving what it can).
+        wait_for: "green" or "yellow" (green of a lone node whose indices ask for replicas
+            it can never hold: yellow, said in a warning).
 
     Raises:
         ConfigError: the installation is of another engine than ``config.engine``.
@@ -235,7 +242,12 @@ def start_node(config: NodeConfig, installation: Installation, *, wait: bool = T
     if wait:
         try:
             wait_for_health(config.url, wait_for, timeout, pid=proc.pid, config=config)
-        except NodeError:
+        except NodeError as exc:
+            health = _get_json(f"{config.url}/_cluster/health")
+            if isinstance(health, dict) and health.get("status"):  # it serves: keep it
+                raise NodeError(f"{exc}\nThe node answers (health {health['status']}), so it "
+                                f"is left running; `lr node stop --data-dir {config.node_dir}` "
+                                "stops it.") from None
             stop_node(config.node_dir, timeout=30)
             raise
     return node_status(config.node_dir)
@@ -257,6 +269,9 @@ def wait_for_health(url: str, status: str, timeout: float, *, pid: int | None = 
         health = _get_json(query, timeout=10)
         if isinstance(health, dict) and not health.get("timed_out", True):
             return
+        if (isinstance(health, dict) and nodes is None and not (config and config.seed_ports)
+                and _lone_node_yellow(url, status, health)):
+            return
         where = config.node_dir if config else url
         engine = config.kind if config else get_engine(None)
         if pid is not None and not pid_alive(pid, engine.name):
@@ -269,6 +284,22 @@ def wait_for_health(url: str, status: str, timeout: float, *, pid: int | None = 
             raise NodeError(f"node {url} ({where}) not {status} after {timeout:.0f} s "
                             f"(health: {got}). End of its log:\n{logs}")
         time.sleep(1.0)
+
+
+def _lone_node_yellow(url: str, status: str, health: dict) -> bool:
+    """Whether green was asked of a lone node that is yellow: every primary is served and
+    the missing replicas can never be assigned (a replica never shares its primary's
+    node), so it is as ready as it will get; says which indices ask for replicas."""
+    if status != "green" or health.get("status") != "yellow" or \
+            health.get("number_of_nodes") != 1:
+        return False
+    rows = _get_json(f"{url}/_cat/indices?health=yellow&h=index,rep&format=json")
+    asked = ", ".join(f"{r.get('index')} ({r.get('rep')} replica(s))"
+                      for r in (rows if isinstance(rows, list) else [])[:5])
+    logger.warning("the node is yellow, not green, and ready: a single node cannot hold the "
+                   "replicas that %s ask(s) for; to make it green: PUT <index>/_settings "
+                   '{"index": {"number_of_replicas": 0}}', asked or "some index")
+    return True
 
 
 def _group_alive(pgid: int) -> bool:

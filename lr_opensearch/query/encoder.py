@@ -285,7 +285,7 @@ class QueryEncoder:
             rows = rows.astype(np.float32)
         dense = np.add.reduce(rows, axis=0) / np.float32(len(ids))  # row by row, in order
         key: Any = self.key_array
-        keep = self._stop_keep()
+        keep = self.sparse_keep()
         counts = Counter((ids if keep is None else ids[keep[ids]]).tolist())
         w = self._sparse_weights
         if w is not None:
@@ -352,7 +352,7 @@ class QueryEncoder:
             raise _no_tokens(offset + i, texts[i])
         return flat, lengths
 
-    def _stop_keep(self) -> np.ndarray | None:
+    def sparse_keep(self) -> np.ndarray | None:
         """[V] bool, False for tokens the sparse query drops (``remove_stopwords``, IDF below
         ``sparse_min_idf``), or None when it keeps all. Every encode path filters through
         this one mask."""
@@ -375,7 +375,7 @@ class QueryEncoder:
         """
         n, vocab = len(lengths), self.bundle.vocab_size
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        if (stop_keep := self._stop_keep()) is not None:
+        if (stop_keep := self.sparse_keep()) is not None:
             keep = stop_keep[flat]
             flat, owner = flat[keep], owner[keep]
         pair = owner * vocab + flat  # (query, id) as one sortable int64
