@@ -61,10 +61,11 @@ def tied_bundle(root: Path) -> Path:
                        document_prompt="passage: ")
 
 
+@pytest.mark.parametrize("screen", [False, True], ids=["numpy", "screened"])
 @pytest.mark.parametrize("make", [build_tiny_bundle, tied_bundle], ids=["mlm-mean", "tied-cls"])
-def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make) -> None:  # noqa: ANN001
+def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make, screen: bool) -> None:  # noqa: ANN001
     bundle = load_bundle(make(tmp_path))
-    onnx = OnnxDocEncoder.from_bundle(bundle, batch_size=4)
+    onnx = OnnxDocEncoder.from_bundle(bundle, batch_size=4, screen=screen)
     assert onnx.graph.source.startswith("export torch")
     torch_encoder = DocEncoder.from_bundle(bundle, device="cpu", batch_size=4)
     gap, terms = assert_same_documents(torch_encoder, onnx, DOCS)
@@ -72,7 +73,7 @@ def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make) -> Non
     np.testing.assert_allclose(onnx.encode_dense(SENTENCES), torch_encoder.encode_dense(SENTENCES),
                                atol=1e-5)
     # the graph is cached: a second encoder reuses it, no second export
-    again = OnnxDocEncoder.from_bundle(bundle)
+    again = OnnxDocEncoder.from_bundle(bundle, screen=False)
     assert again.graph.path == onnx.graph.path and len(list((cache / "onnx").iterdir())) == 1
 
 
@@ -102,6 +103,24 @@ def test_numpy_head_equals_the_torch_head() -> None:
                 for i, x in zip(indices, values, strict=True)]
     assert [set(k) for k in kept] == [set(e) for e in expected] and kept[0]
     assert all(abs(k[t] - e[t]) < 1e-6 for k, e in zip(kept, expected, strict=True) for t in e)
+
+
+def test_the_screened_projection_keeps_the_same_terms() -> None:
+    """``screened_head`` (torch's bfloat16 screen) keeps the terms and float32 weights of
+    numpy's projection, on a vocabulary wide enough for the screen to leave most out."""
+    from lr_opensearch.model.screened_head import screened_sparse
+
+    rng = np.random.default_rng(1)
+    hidden = rng.normal(size=(4, 20, 32)).astype(np.float32)
+    weight = rng.normal(size=(3000, 32)).astype(np.float32)
+    mask = np.ones((4, 20), dtype=np.int64)
+    mask[2, 9:] = 0
+    head = NumpyHead(weight=weight, bias=None, pooling="cls", normalize=False, served_dim=32,
+                     suffix=1, excluded=np.array([5]), vocab_limit=3000, top_k=16)
+    plain = head.select_terms(head.sparse(hidden, mask, prefix=1))
+    screened = head.select_terms(screened_sparse(head, hidden, mask, prefix=1))
+    assert [set(a) for a in plain] == [set(b) for b in screened] and all(len(a) == 16 for a in plain)
+    assert max(abs(a[t] - b[t]) for a, b in zip(plain, screened, strict=True) for t in a) < 1e-5
 
 
 def test_a_tampered_or_foreign_graph_is_refused_before_encoding(tmp_path: Path, cache: Path) -> None:
@@ -155,9 +174,7 @@ def test_no_graph_without_torch_or_a_jar_is_one_line(tmp_path: Path, cache: Path
     import lr_opensearch.model.onnx_graph as onnx_graph
 
     bundle = load_bundle(build_tiny_bundle(tmp_path))
-    real = onnx_graph.importlib.util.find_spec
-    monkeypatch.setattr(onnx_graph.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(onnx_graph, "installed", lambda name: name != "torch")
     with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .* torch, which exports"):
         OnnxDocEncoder.from_bundle(bundle)
     assert not graph_dir(bundle.doc_encoder_dir, "mlm").exists()
@@ -196,7 +213,12 @@ def test_the_onnx_path_imports_no_torch(tmp_path: Path) -> None:
         OnnxDocEncoder.from_bundle(load_bundle(bundle))
     finally:
         del os.environ["LR_CACHE_DIR"]
-    code = ("import json, sys\n"
+    code = ("import importlib.abc, json, sys\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):  # a machine without torch\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
             "from lr_opensearch.bundle import load_bundle\n"
             "from lr_opensearch.model import open_doc_encoder\n"
             f"e = open_doc_encoder(load_bundle({str(bundle)!r}), device='cpu')\n"

@@ -11,6 +11,7 @@ sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.numpy_head import NumpyHead
-from lr_opensearch.model.onnx_graph import Graph, ensure_graph, unsupported
+from lr_opensearch.model.onnx_graph import Graph, ensure_graph, installed, unsupported
 from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class OnnxDocEncoder:
         batch_size: documents per run of the graph.
         document_prompt: text before every document (``DocEncoder``'s).
         threads: ONNX Runtime intra-op threads (``onnx_session``).
+        screen: the sparse projection screened in bfloat16 by torch (``screened_head``:
+            the same kept terms and weights, faster); None (default): where torch is
+            installed and bfloat16 is fast on this CPU, else numpy's float32 throughout.
     """
 
     runtime = "onnx"
@@ -52,7 +56,7 @@ class OnnxDocEncoder:
                  max_length: int, served_dim: int | None = None,
                  top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
                  batch_size: int = 32, document_prompt: str = "",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, screen: bool | None = None) -> None:
         self.graph = graph
         self.session = onnx_session(graph.onnx_path, threads)
         self.tokenizer = tokenizer
@@ -70,10 +74,17 @@ class OnnxDocEncoder:
             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=top_k,
             min_weight=max(float(min_weight), 0.0))
         self._check_hidden(hidden)
+        self._sparse = self.head.sparse
+        if screen is None:
+            screen = installed("torch") and _screen_is_fast()
+        if screen:
+            from lr_opensearch.model.screened_head import screened_sparse
+
+            self._sparse = functools.partial(screened_sparse, self.head)
 
     @classmethod
-    def from_bundle(cls, bundle: Bundle, batch_size: int = 32,
-                    threads: int | None = None) -> OnnxDocEncoder:
+    def from_bundle(cls, bundle: Bundle, batch_size: int = 32, threads: int | None = None,
+                    screen: bool | None = None) -> OnnxDocEncoder:
         """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
         cfg = bundle.config
         why = unsupported(cfg.kind, cfg.sparse_mode)
@@ -87,7 +98,7 @@ class OnnxDocEncoder:
         return cls(graph, tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
                    max_length=cfg.max_length, served_dim=cfg.served_dim, top_k=cfg.sparse_top_k,
                    min_weight=cfg.sparse_min_weight, batch_size=batch_size,
-                   document_prompt=cfg.document_prompt, threads=threads)
+                   document_prompt=cfg.document_prompt, threads=threads, screen=screen)
 
     def _check_hidden(self, hidden: int) -> None:
         """Run the graph once on two tokens: its output must be [1, 2, hidden] (refused
@@ -123,7 +134,13 @@ class OnnxDocEncoder:
             dense[chunk] = self.head.dense(outputs[0], mask)
             if sparse:
                 hidden = outputs[1] if self.graph.head_hidden else outputs[0]
-                weights = self.head.sparse(hidden, mask, prefix=prefix)
+                weights = self._sparse(hidden, mask, prefix=prefix)
                 for i, doc_terms in zip(chunk, self.head.select_terms(weights), strict=True):
                     terms[i] = doc_terms
         return DocBatch(dense=dense, sparse=terms, truncated=truncated)
+
+
+def _screen_is_fast() -> bool:
+    from lr_opensearch.model.screened_head import screen_is_fast
+
+    return screen_is_fast()

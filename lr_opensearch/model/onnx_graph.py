@@ -67,6 +67,14 @@ class Graph:
         return self.path / GRAPH_FILE
 
 
+def installed(name: str) -> bool:
+    """Whether ``name`` can be imported here (found without importing it)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def unsupported(kind: str, sparse_mode: str) -> str | None:
     """Why a backbone's document forward has no graph here (a phrase), or None: encoders
     in the "max" sparse mode only (a decoder LLM, or Medusa heads, run on torch)."""
@@ -109,7 +117,7 @@ def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
     if not (out / MANIFEST).is_file():
         made = _from_jar(model_dir, sparse_head, out) if sparse_head == "tied" else False
         if not made:
-            if importlib.util.find_spec("torch") is None:
+            if not installed("torch"):
                 raise ConfigError(
                     f"no ONNX graph for the encoder {model_dir}: it matches no packaged jar and "
                     "torch, which exports one once, is not installed; pip install "

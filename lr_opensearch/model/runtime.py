@@ -17,13 +17,12 @@ depend on which runtime encoded it. Nothing here imports torch unless torch is c
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.model.onnx_graph import unsupported
+from lr_opensearch.model.onnx_graph import installed, unsupported
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME, RUNTIMES, choice
 
 if TYPE_CHECKING:
@@ -34,12 +33,8 @@ logger = logging.getLogger(__name__)
 TORCH_HINT = "pip install 'lr-opensearch[train]' (torch)"
 
 
-def _installed(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
-
-
 def _gpu_present() -> bool:
-    if not _installed("torch"):
+    if not installed("torch"):
         return False
     import torch
 
@@ -54,7 +49,7 @@ def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: st
         return "a CUDA GPU is present and no --device cpu was given"
     if precision != "fp32":
         return f"--encode-precision {precision} (torch's; ONNX Runtime encodes in fp32)"
-    if not _installed("onnxruntime"):
+    if not installed("onnxruntime"):
         return "onnxruntime is not installed (pip install 'lr-opensearch[ingest]')"
     return unsupported(kind, sparse_mode)
 
@@ -72,7 +67,7 @@ def choose_runtime(runtime: str, *, kind: str, sparse_mode: str, device: str | N
     if runtime == "onnx" and obstacle:
         raise ConfigError(f"--runtime onnx: not with {obstacle}; use --runtime torch")
     chosen = "onnx" if runtime == "onnx" or (runtime == "auto" and obstacle is None) else "torch"
-    if chosen == "torch" and not _installed("torch"):
+    if chosen == "torch" and not installed("torch"):
         why = f" ({obstacle})" if runtime == "auto" and obstacle else ""
         raise ConfigError(f"the document encoder needs torch here{why}, which is not "
                           f"installed: {TORCH_HINT}")
