@@ -42,6 +42,7 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
     root = tmp_path_factory.mktemp("minilm")
     saved = LightRetrieverModel.from_pretrained(src).save_pretrained(root / "saved")
+    tok.save(str(saved / "tokenizer.json"))
     return tiny_bundle(root / "bundle", tok, doc_encoder_dir=saved,
                        dense_dim=384, architecture="BertModel", sparse_head="tied",
                        pooling="mean", normalize=True, max_length=256, sparse_top_k=128,
