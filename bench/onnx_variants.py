@@ -2,9 +2,9 @@
 
 - ``onnx``: the library's ``OnnxDocEncoder`` as ingest loads it (float32; the bundle's
   graph: the packaged jar's or the one-time export, ``model.onnx_graph``; the sparse
-  projection screened in bfloat16 by torch where that is fast, ``model.screened_head``);
-- ``onnx-numpy``: the same with the projection in numpy's float32 throughout (as on a
-  machine without torch);
+  projection in numpy's float32);
+- ``onnx-screened``: the same with the projection screened in bfloat16 by torch
+  (``model.screened_head``, opt-in);
 - ``onnx-int8``: the same graph through ONNX Runtime's dynamic int8 quantisation
   (``quantize_dynamic``: int8 weights of the MatMuls, activations quantised per batch),
   made here into a temporary directory, the sparse head unchanged (float32);
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ONNX_VARIANTS = ("onnx", "onnx-numpy", "onnx-int8", "onnx-int8-jar")
+ONNX_VARIANTS = ("onnx", "onnx-screened", "onnx-int8", "onnx-int8-jar")
 
 
 def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | None) -> Any:
@@ -31,8 +31,8 @@ def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | Non
     from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
 
     base = OnnxDocEncoder.from_bundle(bundle, batch_size=batch_size,
-                                      screen=False if name == "onnx-numpy" else None)
-    if name in ("onnx", "onnx-numpy"):
+                                      screen=name == "onnx-screened")
+    if name in ("onnx", "onnx-screened"):
         return base
     work = Path(tempfile.mkdtemp(prefix="lr-bench-int8-"))
     if name == "onnx-int8":

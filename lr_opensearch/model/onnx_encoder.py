@@ -23,7 +23,7 @@ from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.numpy_head import NumpyHead
-from lr_opensearch.model.onnx_graph import Graph, ensure_graph, installed, unsupported
+from lr_opensearch.model.onnx_graph import Graph, ensure_graph, unsupported
 from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ class OnnxDocEncoder:
         document_prompt: text before every document (``DocEncoder``'s).
         threads: ONNX Runtime intra-op threads (``onnx_session``).
         screen: the sparse projection screened in bfloat16 by torch (``screened_head``:
-            the same kept terms and weights, faster); None (default): where torch is
-            installed and bfloat16 is fast on this CPU, else numpy's float32 throughout.
+            the same kept terms and weights; needs torch). Off by default: measured on
+            ADI it was no faster than numpy's float32 here (docs/RESULTS.md, issue 47).
     """
 
     runtime = "onnx"
@@ -56,7 +56,7 @@ class OnnxDocEncoder:
                  max_length: int, served_dim: int | None = None,
                  top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
                  batch_size: int = 32, document_prompt: str = "",
-                 threads: int | None = None, screen: bool | None = None) -> None:
+                 threads: int | None = None, screen: bool = False) -> None:
         self.graph = graph
         self.session = onnx_session(graph.onnx_path, threads)
         self.tokenizer = tokenizer
@@ -75,8 +75,6 @@ class OnnxDocEncoder:
             min_weight=max(float(min_weight), 0.0))
         self._check_hidden(hidden)
         self._sparse = self.head.sparse
-        if screen is None:
-            screen = installed("torch") and _screen_is_fast()
         if screen:
             from lr_opensearch.model.screened_head import screened_sparse
 
@@ -84,7 +82,7 @@ class OnnxDocEncoder:
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, batch_size: int = 32, threads: int | None = None,
-                    screen: bool | None = None) -> OnnxDocEncoder:
+                    screen: bool = False) -> OnnxDocEncoder:
         """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
         cfg = bundle.config
         why = unsupported(cfg.kind, cfg.sparse_mode)
@@ -138,9 +136,3 @@ class OnnxDocEncoder:
                 for i, doc_terms in zip(chunk, self.head.select_terms(weights), strict=True):
                     terms[i] = doc_terms
         return DocBatch(dense=dense, sparse=terms, truncated=truncated)
-
-
-def _screen_is_fast() -> bool:
-    from lr_opensearch.model.screened_head import screen_is_fast
-
-    return screen_is_fast()

@@ -1,9 +1,8 @@
 """``NumpyHead``'s sparse projection run by torch's ``fused.projection_max`` with its
-bfloat16 screen, for the ONNX Runtime encoder where torch is installed and bfloat16 is
-fast on the CPU (AVX-512 BF16 or AMX): the projection is most of a long document's cost,
-numpy has no bfloat16 GEMM, and the screen keeps float32's weights for every kept term
-(proved per row, ``fused.projection_max``), as ``DocEncoder`` computes them at fp32.
-Imports torch: ``OnnxDocEncoder`` loads this module only when it chooses the screen.
+bfloat16 screen (``OnnxDocEncoder(screen=True)``, opt-in): numpy has no bfloat16 GEMM, and
+the screen keeps float32's weights for every kept term (proved per row), as ``DocEncoder``
+computes them at fp32. Measured on ADI under load it was no faster than numpy's float32
+(docs/RESULTS.md, issue 47), so it is off by default. Imports torch.
 """
 
 from __future__ import annotations
@@ -13,11 +12,6 @@ import torch
 
 from lr_opensearch.model.fused import projection_max, sparse_activation
 from lr_opensearch.model.numpy_head import NumpyHead
-from lr_opensearch.model.precision import bf16_is_fast
-
-
-def screen_is_fast() -> bool:
-    return bf16_is_fast(torch.device("cpu"))
 
 
 def screened_sparse(head: NumpyHead, hidden: np.ndarray, mask: np.ndarray, prefix: int) -> np.ndarray:
