@@ -196,6 +196,18 @@ def test_the_runtime_choice() -> None:
         choose_runtime("tensorrt", **cpu)
 
 
+def test_without_torch_a_build_and_a_torch_encoder_say_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lr_opensearch.model.runtime as runtime
+    from lr_opensearch.bundle.build import build_bundle
+
+    monkeypatch.setattr(runtime, "installed", lambda name: name != "torch")
+    with pytest.raises(ConfigError, match=r"lr bundle build .* needs torch.*lr-opensearch\[train\]"):
+        build_bundle(tmp_path / "no-model", tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"--device cuda.*needs torch.*\[train\]"):
+        choose_runtime("auto", kind="encoder", sparse_mode="max", device="cuda", precision="fp32")
+
+
 def test_open_doc_encoder_defaults_to_onnx_on_a_cpu(tmp_path: Path, cache: Path) -> None:
     bundle = load_bundle(build_tiny_bundle(tmp_path))
     assert isinstance(open_doc_encoder(bundle, device="cpu"), OnnxDocEncoder)

@@ -105,6 +105,10 @@ def build_bundle(
     Returns:
         The bundle path.
     """
+    from lr_opensearch.model.runtime import require_torch
+
+    require_torch("lr bundle build (the query table is the backbone's forward of every token; "
+                  "ingest with --bundle BUNDLE needs no build)")
     from lr_opensearch.model import LightRetrieverModel
     from lr_opensearch.model.device import check_device
     from lr_opensearch.model.doc_encoder import default_device

@@ -41,6 +41,12 @@ def _gpu_present() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def require_torch(what: str) -> None:
+    """ConfigError naming ``what`` and the extra to install, unless torch is installed."""
+    if not installed("torch"):
+        raise ConfigError(f"{what} needs torch, which is not installed: {TORCH_HINT}")
+
+
 def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: str) -> str | None:
     """Why the backbone cannot run on ONNX Runtime here (a sentence), or None if it can."""
     if device is not None and str(device) != "cpu":
@@ -67,10 +73,9 @@ def choose_runtime(runtime: str, *, kind: str, sparse_mode: str, device: str | N
     if runtime == "onnx" and obstacle:
         raise ConfigError(f"--runtime onnx: not with {obstacle}; use --runtime torch")
     chosen = "onnx" if runtime == "onnx" or (runtime == "auto" and obstacle is None) else "torch"
-    if chosen == "torch" and not installed("torch"):
+    if chosen == "torch":
         why = f" ({obstacle})" if runtime == "auto" and obstacle else ""
-        raise ConfigError(f"the document encoder needs torch here{why}, which is not "
-                          f"installed: {TORCH_HINT}")
+        require_torch(f"the document encoder here{why}")
     if runtime == "auto" and chosen == "torch":
         logger.info("doc encoder on torch: %s", obstacle)
     return chosen
