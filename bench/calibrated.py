@@ -52,9 +52,9 @@ def run_variant(retriever: Any, dataset: Any, depth: int = DEPTH,
 
 def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]:
     """Each leg's client-side list (100 candidates), re-scored by the affine form."""
-    from lr_opensearch.engine.calibration import Shape, leg_key
+    from lr_opensearch.search.calibration import Shape, leg_key
 
-    req = retriever._request(retriever.options.replace(k=DEPTH, fusion="client"))
+    req = retriever.request(retriever.options.replace(k=DEPTH, fusion="client"))
     weights = req.config.weights
     run: dict[str, Any] = {}
     qids = list(dataset.queries)
@@ -62,7 +62,7 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
         chunk = qids[start : start + 32]
         texts = [dataset.queries[q] for q in chunk]
         inputs = retriever.inputs(texts, req.legs)
-        sub = retriever._sub_queries(inputs, req, len(texts))
+        sub = retriever.sub_queries(inputs, req, len(texts))
         grouped = retriever._search_legs(sub, req, False, what="affine")
         for qid, results in zip(chunk, grouped, strict=True):
             fused: dict[str, float] = {}
@@ -78,7 +78,6 @@ def affine_run(retriever: Any, dataset: Any, calibration: Any) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.engine.calibration import Shape, calibrate
     from lr_opensearch.engine.client import make_client
     from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.evaluation.beir import compute_metrics, load_beir
@@ -91,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         DEFAULT_CALIBRATION_FORM,
     )
     from lr_opensearch.search import Retriever
+    from lr_opensearch.search.calibration import Shape, calibrate
 
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

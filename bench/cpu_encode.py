@@ -15,7 +15,7 @@ the gate is ``--reference`` (default ``fp32``: today's default encoder).
    chunk, length-sorted inside as ingest sorts them); every slice is encoded by every
    variant in turn, the order rotated per slice, so that load from other processes hits
    all variants alike. Then the same for pseudo-queries cut from the corpus
-   (``bundle.pseudo``: what ``lr bundle build --fit-corpus`` embeds, dense only).
+   (``fit.pseudo``: what ``lr bundle build --fit-corpus`` embeds, dense only).
 2. **Against the limit.** On the first ``--anatomy`` documents, in the same batches as
    ``DocEncoder`` (length-sorted, ``--batch-size``), the two halves are timed apart: the
    backbone (``encode_documents_dense``: the body and pooling) and the sparse projection
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.bundle.pseudo import make_pseudo_queries, read_records
+    from lr_opensearch.fit.pseudo import make_pseudo_queries, read_records
     from lr_opensearch.model import DocEncoder
     from lr_opensearch.model.full_model import full_query_encoder
 

@@ -3,8 +3,8 @@
     python bench/distill_fit.py --dataset ../shared/data/scifact --split train \\
         --work W [--variant off --variant epochs=3,tau=0.05 ...] [--out result.json]
 
-Everything the fit computes is the library's (``bundle.fit.prepare_fit``, ``bundle.ridge.fit_table``,
-``bundle.distill.distill_table``); the slow parts (the unfitted table, the full model's
+Everything the fit computes is the library's (``fit.tables.prepare_fit``, ``fit.ridge.fit_table``,
+``fit.distill.distill_table``); the slow parts (the unfitted table, the full model's
 vectors of the pseudo-queries, of every corpus document and of the judged queries) are
 cached under ``--work``. Each variant (``off`` = the ridge fit alone, else ``key=value``
 fields of ``DistillConfig``) then refits from the cache and is scored exactly: dense
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch.bundle.distill import DistillConfig, distill_table
-from lr_opensearch.bundle.fit import prepare_fit, query_tokenizer
-from lr_opensearch.bundle.pseudo import MAX_QUERIES
-from lr_opensearch.bundle.ridge import fit_table, token_bags
 from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir
+from lr_opensearch.fit.distill import DistillConfig, distill_table
+from lr_opensearch.fit.pseudo import MAX_QUERIES
+from lr_opensearch.fit.ridge import fit_table, token_bags
+from lr_opensearch.fit.tables import prepare_fit, query_tokenizer
 from lr_opensearch.instructions import document_text
 
 logger = logging.getLogger("distill_fit")
@@ -51,7 +51,7 @@ def _cached(path: Path, make: Any) -> np.ndarray:
 def _model() -> tuple[Any, Any, Any]:
     from tokenizers import Tokenizer
 
-    from lr_opensearch.bundle.build import default_max_length
+    from lr_opensearch.fit.build import default_max_length
     from lr_opensearch.model import DocEncoder, LightRetrieverModel
     from lr_opensearch.packaged import resolve_model
 
@@ -66,7 +66,7 @@ def _model() -> tuple[Any, Any, Any]:
 
 
 def _embed(encoder: Any, texts: list[str], chunk: int = 256) -> np.ndarray:
-    from lr_opensearch.bundle.fit import _embed_all
+    from lr_opensearch.fit.tables import _embed_all
 
     return _embed_all(encoder.encode_dense, texts, "embed", progress=True, chunk=chunk)
 

@@ -58,14 +58,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_fit import _cached, _embed, _model, _ndcg, _paired, fit_bench_parser  # noqa: E402
 from model_choice import DEPTH, fused_run, leg_lists, model_arrays, read_legs, runs_of, top_k  # noqa: E402
 
-from lr_opensearch.bundle.fit import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
-from lr_opensearch.bundle.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
-from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags  # noqa: E402
-from lr_opensearch.engine.scores import score_from_inner_product  # noqa: E402
 from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir  # noqa: E402
+from lr_opensearch.fit.pseudo import MAX_QUERIES, make_pseudo_queries, plan_counts  # noqa: E402
+from lr_opensearch.fit.ridge import LAMS, RidgeSolve, fit_table, token_bags  # noqa: E402
+from lr_opensearch.fit.tables import doc_frequencies, idf_weights, prepare_fit, query_tokenizer  # noqa: E402
 from lr_opensearch.instructions import document_text  # noqa: E402
 from lr_opensearch.legs.builtin import DENSE, FULL  # noqa: E402
 from lr_opensearch.legs.registry import reference_weights  # noqa: E402
+from lr_opensearch.legs.scores import score_from_inner_product  # noqa: E402
 
 logger = logging.getLogger("fit_variants")
 
@@ -186,7 +186,7 @@ def run_variant(name: str, ctx: dict[str, Any]) -> tuple[np.ndarray, np.ndarray 
         lams: tuple[float, ...] = LAMS
         for k in range(int(steps or 2) + 1):
             table, fit = fit_table(e0, weighted_bags(ctx["flat"], ctx["lengths"], e0.shape[0], a), targets,
-                                   weights=wts, lams=lams)
+                                   weights=wts, solve=RidgeSolve(lams=lams))
             lams = (fit.lam,)
             logger.info("tokw round %d: lam %g, held-back cosine %.4f", k, fit.lam, fit.holdout_cosine)
             if k < int(steps or 2):
@@ -201,13 +201,13 @@ def _run_token_variant(kind: str, arg: str, ctx: dict[str, Any]) -> np.ndarray:
     if kind == "ridge":  # the library's default
         return fit_table(e0, bags, targets, weights=wts)[0]
     if kind == "e0":  # the unfitted table as the prior (the default before 2026-11-25)
-        return fit_table(e0, bags, targets, weights=wts, map_min_queries=None)[0]
+        return fit_table(e0, bags, targets, weights=wts, solve=RidgeSolve(map_min_queries=None))[0]
     if kind == "mapped":  # two full fits: toward E0, then toward E0 mapped by the first
-        base = fit_table(e0, bags, targets, weights=wts, map_min_queries=None)[0]
+        base = fit_table(e0, bags, targets, weights=wts, solve=RidgeSolve(map_min_queries=None))[0]
         counts = np.diff(bags.tocsc().indptr)
         rows = np.flatnonzero(counts >= int(arg or 20))
         prior = linear_map(e0, base, rows)
-        return fit_table(prior, bags, targets, weights=wts, map_min_queries=None)[0]
+        return fit_table(prior, bags, targets, weights=wts, solve=RidgeSolve(map_min_queries=None))[0]
     if kind == "idf":  # IDF^p-weighted mean, served as rows w_t E_t under the plain mean
         p = float(arg or 1.0)
         w = ctx["idf"] ** p
@@ -228,7 +228,7 @@ def _run_token_variant(kind: str, arg: str, ctx: dict[str, Any]) -> np.ndarray:
         return fit_table(e0, sp.vstack([bags, xb]).tocsr(), np.vstack([targets, xt]),
                          weights=np.concatenate([wts, np.full(xb.shape[0], share)]))[0]
     if kind == "distill":  # the library's default fit, then the listwise step (bundle.distill)
-        from lr_opensearch.bundle.distill import DistillConfig, distill_table
+        from lr_opensearch.fit.distill import DistillConfig, distill_table
 
         table = fit_table(e0, bags, targets, weights=wts)[0]
         docs = ctx["docs"] if ctx.get("sample") is None else ctx["docs"][ctx["sample"]]

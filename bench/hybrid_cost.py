@@ -92,9 +92,9 @@ def ndcg_at_10(retriever: Any, dataset: Any, qids: list[str], texts: list[str], 
 def profile_hybrid(retriever: Any, text: str, c: int) -> dict[str, float]:
     """Milliseconds per query part / collector / phase of one server hybrid search."""
     q = retriever.encoder.encode(text)
-    req = retriever._request(10, "hybrid", None, "server", None, None, 0, False, None, False)
+    req = retriever.request(10, "hybrid", None, "server", None, None, 0, False, None, False)
     retriever.candidates = c
-    sub = retriever._sub_queries(q.dense[None, :], [q.sparse], [text], req, 1)[0]
+    sub = retriever.sub_queries(q.dense[None, :], [q.sparse], [text], req, 1)[0]
     body = retriever.adapter.hybrid_body(sub, req.config, size=c, source=False)
     body["profile"] = True
     resp = retriever.adapter.client.search(index=retriever.index, body=body)

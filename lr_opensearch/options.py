@@ -52,7 +52,7 @@ ENCODINGS = ("client", "cluster")  # who encodes the query: this process, or the
 # who fuses a hybrid search (auto: see below); "calibrated": no fusion step at all - one
 # ordinary `bool` query whose clauses are the legs' sub-queries, each boosted by weight /
 # the leg's scale that `lr index calibrate` measured on the index
-# (lr_opensearch.engine.calibration), so the engine can skip as for one leg
+# (lr_opensearch.search.calibration), so the engine can skip as for one leg
 CALIBRATED = "calibrated"
 FUSION_PATHS = ("auto", "server", "client", CALIBRATED)
 # "auto" fuses on the client, although the server could, from this many documents in the
@@ -65,7 +65,7 @@ FUSION_PATHS = ("auto", "server", "client", CALIBRATED)
 # 10k it won one client's latency but not 8 clients' throughput at 100 candidates)
 CLIENT_FUSION_MIN_DOCS = 20_000
 # The calibrated fusion (one bool query): which per-leg statistic of the index's
-# calibration (lr_opensearch.engine.calibration) divides the leg's weight into its boost:
+# calibration (lr_opensearch.search.calibration) divides the leg's weight into its boost:
 # the mean or median top-1 engine score over the pseudo-queries, or the mean of their top
 # 10 scores; chosen on SciFact train (docs/RESULTS.md, "One query")
 CALIBRATION_FORMS = ("top1_mean", "top1_median", "top10_mean")

@@ -41,7 +41,7 @@ from node_support import free_port, opensearch_test_version
 @pytest.fixture(autouse=True, scope="session")
 def _table_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Unfitted tables the tests compute stay in the session's temporary directory
-    (``bundle.build.table_cache_path``), not in the user's cache."""
+    (``fit.build.table_cache_path``), not in the user's cache."""
     before = os.environ.get("LR_TABLE_CACHE")
     os.environ["LR_TABLE_CACHE"] = str(tmp_path_factory.mktemp("tables"))
     yield
@@ -288,11 +288,11 @@ def es_client(es_url: str) -> Any:
 
 def _fitted_adi_bundle(model: str, label: str) -> Path:
     """``model`` with its query table fitted on ADI, from the bundle store: fitted once per
-    store, then reused (``bundle.store.fitted_bundle``, what `lr bundle build --fit-corpus`
+    store, then reused (``fit.fitted.fitted_bundle``, what `lr bundle build --fit-corpus`
     and zero-config ingest build)."""
     from ingest_support import data_dir
 
-    from lr_opensearch.bundle.store import fitted_bundle
+    from lr_opensearch.fit.fitted import fitted_bundle
 
     corpus = data_dir() / "adi" / "corpus.jsonl.gz"
     if not corpus.is_file():
@@ -309,7 +309,7 @@ def fitted_minilm() -> Path:
     README's `lr bundle build --fit-corpus` and zero-config ingest build), from the bundle
     store: fitted once per store (minutes on 2 cores), then reused (`lr demo` uses the same
     one)."""
-    from lr_opensearch.bundle.store import DEFAULT_MODEL
+    from lr_opensearch.fit.fitted import DEFAULT_MODEL
 
     return _fitted_adi_bundle(DEFAULT_MODEL, "MiniLM")
 
@@ -321,3 +321,37 @@ def fitted_bge() -> Path:
     `lr bundle build --model packaged:bge-small --fit-corpus` builds it; from the bundle
     store like ``fitted_minilm`` (the first fit on a machine: minutes on 2 cores)."""
     return _fitted_adi_bundle("packaged:bge-small", "bge-small")
+
+
+@pytest.fixture(scope="session")
+def plugin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A throwaway local OpenSearch node (``LR_TEST_OPENSEARCH_VERSION``, default 3.6.0) with
+    the LightRetriever plugin built from this checkout's source and installed
+    (``lr_opensearch.plugin.install.plugin_installation``); ``.url``, ``.restart()``.
+    ``LR_TEST_PLUGIN_NODE_DIR`` + ``LR_TEST_PLUGIN_HTTP_PORT``: a node of this checkout's
+    plugin already running from that directory (a developer's, left running)."""
+    from plugin_support import PluginNode
+
+    from lr_opensearch.errors import LRError
+
+    where = os.environ.get("LR_TEST_PLUGIN_NODE_DIR")
+    node = (PluginNode(Path(where), opensearch_test_version(),
+                       http_port=int(os.environ["LR_TEST_PLUGIN_HTTP_PORT"]))
+            if where else PluginNode(tmp_path_factory.mktemp("plugin-node"),
+                                     opensearch_test_version()))
+    try:
+        if not where:
+            node.start()
+    except LRError as exc:
+        pytest.fail(f"no OpenSearch node with the LightRetriever plugin: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        if not where:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def plugin_client(plugin_node: Any) -> Any:
+    """A client of ``plugin_node`` (the same after a restart: same URL)."""
+    return plugin_node.client()

@@ -93,6 +93,17 @@ def ingest_cli(args: list[str], *, stdin: bytes | None = None, timeout: float = 
                           capture_output=True, timeout=timeout, env=full_env, check=False)
 
 
+def wait_for_checkpoint(proc: subprocess.Popen[Any], state: Path, at_least: int, *,
+                        timeout: float = 240.0, pause: float = 0.01) -> int:
+    """Wait until the checkpoint in ``state`` counts ``at_least`` documents indexed by
+    ``proc`` (still running: its end first fails, with its stderr); returns the count."""
+    from waiting import wait_until
+
+    return wait_until(lambda: max(checkpoint_indexed(state), 0) >= at_least
+                      and checkpoint_indexed(state), f"{at_least} documents in the checkpoint",
+                      timeout=timeout, pause=pause, process=proc)
+
+
 def checkpoint_indexed(state: Path) -> int:
     """Documents the checkpoint in ``state`` counts as indexed (-1: none yet, or caught
     mid-rename: ask again)."""

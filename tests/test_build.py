@@ -19,8 +19,8 @@ from model_fixtures import (  # noqa: F401
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.build import build_bundle
-from lr_opensearch.bundle.fit import FitRecipe
+from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
+from lr_opensearch.fit.tables import FitRecipe
 from lr_opensearch.model import DocEncoder, LightRetrieverModel, instruction_ids
 from lr_opensearch.query import QueryEncoder
 
@@ -60,8 +60,8 @@ def _check_bundle(model: LightRetrieverModel, tok, bundle_dir: Path) -> None:  #
 def test_build_bundle_from_tiny_bert_mlm(tmp_path: Path) -> None:
     model, tok = tiny_bert()
     model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
-    out = build_bundle(model_dir, tmp_path / "bundle", instructions=INSTRUCTIONS, batch_size=64,
-                       progress=False)
+    out = build_bundle(model_dir, tmp_path / "bundle",
+                       tables=TableSettings(instructions=INSTRUCTIONS, batch_size=64), progress=False)
     loaded = LightRetrieverModel.from_pretrained(model_dir)
     assert loaded.head.kind == "mlm" and loaded.pooling == "cls"
     _check_bundle(loaded.eval(), tok, out)
@@ -72,8 +72,8 @@ def test_build_bundle_from_tiny_bert_mlm(tmp_path: Path) -> None:
 def test_build_bundle_from_tiny_llama(tmp_path: Path) -> None:
     model, tok = tiny_llama()
     model_dir = save_model_dir(model, tok, tmp_path / "ckpt")
-    out = build_bundle(model_dir, tmp_path / "bundle", instructions=INSTRUCTIONS, batch_size=64,
-                       max_length=64, progress=False)
+    out = build_bundle(model_dir, tmp_path / "bundle", progress=False,
+                       tables=TableSettings(instructions=INSTRUCTIONS, batch_size=64, max_length=64))
     loaded = LightRetrieverModel.from_pretrained(model_dir)
     assert loaded.kind == "decoder" and loaded.head.kind == "lm" and loaded.pooling == "last"
     _check_bundle(loaded.eval(), tok, out)
@@ -90,7 +90,8 @@ def test_sentence_transformers_settings_are_used(tmp_path: Path) -> None:
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ]))
     (model_dir / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
-    out = build_bundle(model_dir, tmp_path / "bundle", served_dim=16, batch_size=64, progress=False)
+    out = build_bundle(model_dir, tmp_path / "bundle", tables=TableSettings(served_dim=16, batch_size=64),
+                       progress=False)
     cfg = load_bundle(out).config
     assert (cfg.pooling, cfg.normalize, cfg.max_length, cfg.sparse_head) == ("mean", True, 48, "tied")
     assert cfg.served_dim == 16 and cfg.dense_dim == 32
@@ -101,7 +102,7 @@ def test_sentence_transformers_settings_are_used(tmp_path: Path) -> None:
 def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from lr_opensearch.bundle.build import build_bundle_from_model
+    from lr_opensearch.fit.build import build_bundle_from_model
 
     model, tok = tiny_bert()
     model.hf = get_peft_model(model.hf, LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))
@@ -111,7 +112,8 @@ def test_build_from_a_lora_model_saves_the_merged_weights(tmp_path: Path) -> Non
                 param.normal_(0, 0.5)  # LoRA B starts at zero: make the adapter matter
     model.eval()
     before = DocEncoder(model, tok, max_length=64, device="cpu").encode(SENTENCES[:3])
-    out = build_bundle_from_model(model, tok, tmp_path / "bundle", max_length=64, batch_size=64,
+    out = build_bundle_from_model(model, tok, tmp_path / "bundle",
+                                  tables=TableSettings(max_length=64, batch_size=64),
                                   progress=False, backbone_name="tiny/lora")
     saved = (out / "doc_encoder" / "model.safetensors").read_bytes()
     assert b"lora" not in saved[:20000]  # merged: no adapter tensors in the header
@@ -130,7 +132,8 @@ def test_fitted_tables_approach_the_full_model_end_to_end(tmp_path: Path) -> Non
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": s}) + "\n"
                               for i, s in enumerate(SENTENCES)))
-    kw = {"instructions": {"default": "Query: "}, "batch_size": 64, "max_length": 64, "progress": False}
+    kw = {"tables": TableSettings(instructions={"default": "Query: "}, batch_size=64, max_length=64),
+          "progress": False}
     plain = load_bundle(build_bundle(model_dir, tmp_path / "plain", **kw))
     fitted = load_bundle(build_bundle(model_dir, tmp_path / "fit",
                                       fit=FitRecipe(corpora=(corpus,), max_queries=400), **kw))
@@ -164,7 +167,7 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
                         lambda self, *a, **k: seen.append(f"fit {self.device}") or encode_dense(self, *a, **k))
     monkeypatch.setattr(doc_encoder, "default_device",
                         lambda: seen.append("default asked") or torch.device("cpu"))
-    kw = {"batch_size": 64, "max_length": 64, "progress": False}
+    kw = {"tables": TableSettings(batch_size=64, max_length=64), "progress": False}
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables1"))
     # the fit on torch (--runtime torch; on a CPU the default is ONNX Runtime: test_onnx_runtime)
     build_bundle(model_dir, tmp_path / "b1", fit=FitRecipe(corpora=(corpus,), max_queries=100,
@@ -172,9 +175,10 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
     assert seen[0] == "default asked" and set(seen[1:]) == {"table cpu", "fit cpu"}
     seen.clear()
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables2"))  # not the cached table
-    build_bundle(model_dir, tmp_path / "b2", device="cpu", **kw)
+    build_bundle(model_dir, tmp_path / "b2", backbone=BackboneSettings(device="cpu"), **kw)
     assert seen == ["table cpu"]  # named: the default is not asked
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ConfigError, match=r"--device cuda:\d+"):
-        build_bundle(model_dir, tmp_path / "b3", device=f"cuda:{count}", **kw)
+        build_bundle(model_dir, tmp_path / "b3", backbone=BackboneSettings(device=f"cuda:{count}"),
+                     **kw)
     assert not (tmp_path / "b3").exists() and seen == ["table cpu"]

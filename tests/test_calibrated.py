@@ -16,7 +16,16 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 from lr_opensearch import legs
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
-from lr_opensearch.engine.calibration import (
+from lr_opensearch.engine.factory import make_adapter
+from lr_opensearch.engine.opensearch import OpenSearchAdapter
+from lr_opensearch.engine.templates import META_KEY
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs import LegContext
+from lr_opensearch.legs.builtin import heaviest
+from lr_opensearch.legs.scores import score_from_inner_product
+from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
+from lr_opensearch.search import Retriever
+from lr_opensearch.search.calibration import (
     CALIBRATION_KEY,
     Shape,
     calibrate,
@@ -25,15 +34,6 @@ from lr_opensearch.engine.calibration import (
     read_calibration,
     sample_documents,
 )
-from lr_opensearch.engine.factory import make_adapter
-from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.engine.scores import score_from_inner_product
-from lr_opensearch.engine.templates import META_KEY
-from lr_opensearch.errors import ConfigError
-from lr_opensearch.legs import LegContext
-from lr_opensearch.legs.builtin import heaviest
-from lr_opensearch.options import CALIBRATED, CALIBRATED_SPARSE_TOKENS, FUSION_PATHS
-from lr_opensearch.search import Retriever
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 
 pytestmark = pytest.mark.node
@@ -67,7 +67,7 @@ def test_leg_keys_name_the_shape() -> None:
 def test_one_query_flattens_the_legs_and_applies_the_filter_once() -> None:
     adapter = OpenSearchAdapter(None)
     flt = {"term": {"metadata.group": "a"}}
-    ctx = legs.LegContext(k=30, filter=flt, sparse_tokens=2, text_fields=("text",))
+    ctx = legs.LegContext(knn_depth=30, filter=flt, sparse_tokens=2, text_fields=("text",))
     sub = [legs.get("dense").sub_query(adapter, np.ones(4, np.float32), ctx),
            legs.get("sparse").sub_query(adapter, {"k1": 1.0, "k2": 3.0, "k3": 2.0}, ctx),
            legs.get("bm25").sub_query(adapter, "heat flow", ctx)]
@@ -278,7 +278,7 @@ def test_in_cluster_legs_take_their_boosts_inside_the_field() -> None:
 
     record = {"models": {"dense": "D", "sparse": "S"}}
     sub = text_sub_queries(record, "heat flow", ["dense", "sparse", "bm25"],
-                           LegContext(k=20, text_fields=("text",)))
+                           LegContext(knn_depth=20, text_fields=("text",)))
     body = OpenSearchAdapter(None).calibrated_body(sub, [0.5, 0.1, 0.25], size=10)
     neural, sparse, match = body["query"]["bool"]["should"]
     assert neural == {"neural": {"lr_dense": {"query_text": "heat flow", "k": 20,
@@ -293,7 +293,6 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
     """The stored template (``lr models deploy`` stores it) renders, for any text (quotes,
     backslashes), exactly the calibrated body of the text-only legs: checked through the
     node's own ``_render/template`` (no ml-commons needed to render)."""
-    from lr_opensearch.cluster import mlapi
     from lr_opensearch.cluster.deploy import store_template
     from lr_opensearch.engine.text_queries import TEMPLATE_PARAM, text_sub_queries
 
@@ -305,18 +304,18 @@ def test_search_template_renders_the_text_only_one_query(corpus: Any, calibrated
               "weights": [0.4, 0.2, 0.4], "dense_field": "lr_dense", "sparse_field": "lr_sparse"}
     name = store_template(engine_client, index, record, bundle)
     text = 'heat "flow" \\ tower'
-    rendered = mlapi.request(engine_client, "POST", "/_render/template",
-                             {"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
+    rendered = engine_client.render_search_template(
+        body={"id": name, "params": {TEMPLATE_PARAM: text}})["template_output"]
     shape = Shape(None, ("text",))
     boosts = read_calibration(adapter, index).boosts(dict(zip(record["legs"], record["weights"], strict=True)),
                                                      shape, index=index)
     want = adapter.calibrated_body(
-        text_sub_queries(record, text, record["legs"], LegContext(k=50, text_fields=("text",))),
+        text_sub_queries(record, text, record["legs"], LegContext(knn_depth=50, text_fields=("text",))),
         [boosts[n] for n in record["legs"]], size=10,
         source={"excludes": ["lr_dense", "lr_sparse"]})
     assert rendered == want
-    sized = mlapi.request(engine_client, "POST", "/_render/template",
-                          {"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
+    sized = engine_client.render_search_template(
+        body={"id": name, "params": {TEMPLATE_PARAM: "x", "size": 3}})
     assert sized["template_output"]["size"] == 3
 
 
@@ -328,7 +327,6 @@ def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: A
     rendered again, so it still renders exactly the calibrated body ``lr search
     --in-cluster --fusion calibrated`` sends (its boosts read from the new scales)."""
     from lr_opensearch.cli import main
-    from lr_opensearch.cluster import mlapi
     from lr_opensearch.cluster.deploy import store_template
     from lr_opensearch.engine.text_queries import CLUSTER_KEY, TEMPLATE_PARAM, text_sub_queries
     from lr_opensearch.options import CALIBRATED_TEXT_FIELDS, DEFAULT_CANDIDATES
@@ -347,9 +345,8 @@ def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: A
                   "weights": [0.4, 0.2, 0.4], "dense_field": "lr_dense",
                   "sparse_field": "lr_sparse"}
         record["template"] = store_template(engine_client, other, record, bundle)
-        meta = adapter.index_mapping(other)["_meta"]
-        meta[META_KEY] = {**meta[META_KEY], CLUSTER_KEY: record}  # as lr models deploy does
-        adapter.put_index_meta(other, meta)
+        # as lr models deploy does
+        adapter.update_meta(other, META_KEY, lambda old: {**(old or {}), CLUSTER_KEY: record})
         shape = Shape(None, CALIBRATED_TEXT_FIELDS)
         weights = dict(zip(record["legs"], record["weights"], strict=True))
         before = read_calibration(adapter, other).boosts(weights, shape, index=other)
@@ -361,11 +358,11 @@ def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: A
         boosts = read_calibration(adapter, other).boosts(weights, shape, index=other)
         assert boosts != before  # the new sample moved the scales
         text = "boundary layer heat"
-        rendered = mlapi.request(engine_client, "POST", "/_render/template",
-                                 {"id": record["template"], "params": {TEMPLATE_PARAM: text}})
+        rendered = engine_client.render_search_template(
+            body={"id": record["template"], "params": {TEMPLATE_PARAM: text}})
         want = adapter.calibrated_body(
             text_sub_queries(record, text, record["legs"],
-                             LegContext(k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)),
+                             LegContext(knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)),
             [boosts[n] for n in record["legs"]], size=10,
             source={"excludes": ["lr_dense", "lr_sparse"]})
         assert rendered["template_output"] == want

@@ -26,8 +26,10 @@ from ingest_support import (
     data_dir,
     index_ids,
     read_corpus,
+    wait_for_checkpoint,
 )
 from node_support import free_port
+from waiting import wait_until
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.errors import EngineError
@@ -97,10 +99,7 @@ def _kill(config: Any) -> None:
 
 def _wait_until(ready: Any, what: str, timeout: float = 300) -> None:
     """Poll ``ready()`` until true (every 50 ms); fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(0.05)
+    wait_until(ready, what, timeout=timeout, pause=0.05)
 
 
 def _wait_dropped(client: Any, nodes: int, timeout: float = 300) -> None:
@@ -200,10 +199,7 @@ def test_node_loss_during_an_ingest(cluster: ClusterSpec, client: Any, tiny: Pat
             "--summary-json", str(summary_path)]
     proc = _ingest(*args)
     victim = cluster.configs()[2]
-    deadline = time.monotonic() + 300
-    while checkpoint_indexed(state) < 300:
-        assert proc.poll() is None and time.monotonic() < deadline, "no progress before the kill"
-        time.sleep(0.05)
+    wait_for_checkpoint(proc, state, 300, timeout=300, pause=0.05)
     _kill(victim)
     killed_at = checkpoint_indexed(state)
     # the node comes back only once the cluster has dropped it (the ingest then meets a

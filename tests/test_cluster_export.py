@@ -71,7 +71,7 @@ def test_sparse_decoder_gives_the_encoders_keys(bundle) -> None:  # type: ignore
 
 
 def test_text_sub_queries() -> None:
-    ctx = LegContext(k=100, filter={"term": {"metadata.lang": "en"}}, ef_search=64)
+    ctx = LegContext(knn_depth=100, filter={"term": {"metadata.lang": "en"}}, ef_search=64)
     subs = text_sub_queries(RECORD, "tides", ["dense", "sparse", "bm25"], ctx)
     assert subs[0] == {"neural": {"lr_dense": {
         "query_text": "tides", "k": 100, "model_id": "D",
@@ -84,4 +84,4 @@ def test_text_sub_queries() -> None:
     assert "model_id" not in str(body) and body["query"]["hybrid"]["pagination_depth"] == 100
     assert body["query"]["hybrid"]["queries"][0]["neural"]["lr_dense"]["query_text"] == 'say "hi"'
     with pytest.raises(ConfigError, match="non-empty string"):
-        text_sub_queries(RECORD, "  ", ["dense"], LegContext(k=10))
+        text_sub_queries(RECORD, "  ", ["dense"], LegContext(knn_depth=10))

@@ -1,4 +1,4 @@
-"""The listwise distillation step of the table fit (lr_opensearch.bundle.distill)."""
+"""The listwise distillation step of the table fit (lr_opensearch.fit.distill)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import scipy.sparse as sp
 from tiny_artifacts import SENTENCES
 
-from lr_opensearch.bundle import distill as distill_mod
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig, distill_table, teacher_top
-from lr_opensearch.bundle.ridge import fit_table, token_bags
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit import distill as distill_mod
+from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig, distill_table, teacher_top
+from lr_opensearch.fit.ridge import RidgeSolve, fit_table, token_bags
 
 
 def _problem(seed: int = 0, vocab: int = 80, dim: int = 12, n: int = 2000, m: int = 200):  # noqa: ANN202
@@ -45,7 +45,7 @@ def _kl(table: np.ndarray, bags: sp.csr_matrix, teacher: np.ndarray, docs: np.nd
 def test_distillation_brings_held_out_rankings_closer_to_the_teacher() -> None:
     bags, teacher, docs, e0 = _problem()
     # a strong prior leaves the ridge table far from the teacher: room for the step
-    ridge, _ = fit_table(e0, bags[:1500], teacher[:1500], lams=(3.0,))
+    ridge, _ = fit_table(e0, bags[:1500], teacher[:1500], solve=RidgeSolve(lams=(3.0,)))
     config = DistillConfig(epochs=4, tau=0.1, top=16, random=16, lr=3e-3, batch=64, holdout=0.1)
     out, stats = distill_table(ridge, bags[:1500], teacher[:1500], docs, config)
     held = (bags[1500:], teacher[1500:])

@@ -27,6 +27,7 @@ from ingest_support import (
     index_ids,
     ingest_cli,
     read_corpus,
+    wait_for_checkpoint,
     write_jsonl,
 )
 from node_support import free_port
@@ -322,10 +323,7 @@ def _ingest_with_a_node_loss(project: str, url: str, bundle: Path, corpus: Path,
     proc = subprocess.Popen([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **CHILD_ENV})
-    deadline = time.monotonic() + 300
-    while checkpoint_indexed(state) < 100:
-        assert proc.poll() is None and time.monotonic() < deadline, "no progress before the kill"
-        time.sleep(0.05)
+    wait_for_checkpoint(proc, state, 100, timeout=300, pause=0.05)
     _sigkill(victim, int(pid))
     acked = checkpoint_indexed(state)
     assert proc.poll() is None, "the ingest finished before the kill; give it more documents"

@@ -125,7 +125,7 @@ def test_knn_recall_against_exact_inner_product(os_client: Any, index_name: str)
     recalls = []
     for qi, query in enumerate(queries):
         resp = os_client.search(index=index_name, body={
-            "size": k, "query": adapter.dense_query(query, k=k)})
+            "size": k, "query": adapter.dense_query(query, knn_depth=k)})
         hits = resp["hits"]["hits"]
         truth = set(np.argsort(-exact[qi])[:k].tolist())
         recalls.append(len(truth & {int(h["_id"]) for h in hits}) / k)

@@ -35,7 +35,7 @@ def test_index_body_dense_vector_max_inner_product_float_hnsw():
 
 def test_knn_query_with_filter_and_num_candidates():
     es = ElasticsearchAdapter(client=None)
-    q = es.dense_query(np.array([1.0, -2.0], dtype=np.float32), k=10, filter=FLT)
+    q = es.dense_query(np.array([1.0, -2.0], dtype=np.float32), knn_depth=10, filter=FLT)
     assert q == {
         "knn": {
             "field": "lr_dense",
@@ -45,9 +45,9 @@ def test_knn_query_with_filter_and_num_candidates():
             "filter": [FLT],
         }
     }
-    assert es.dense_query(np.ones(2), k=10, ef_search=400)["knn"]["num_candidates"] == 400
-    assert es.dense_query(np.ones(2), k=50, ef_search=20)["knn"]["num_candidates"] == 50
-    assert es.dense_query(np.ones(2), k=9000)["knn"]["num_candidates"] == 10_000
+    assert es.dense_query(np.ones(2), knn_depth=10, ef_search=400)["knn"]["num_candidates"] == 400
+    assert es.dense_query(np.ones(2), knn_depth=50, ef_search=20)["knn"]["num_candidates"] == 50
+    assert es.dense_query(np.ones(2), knn_depth=9000)["knn"]["num_candidates"] == 10_000
 
 
 def test_sparse_vector_term_queries_with_count_boosts():
@@ -99,7 +99,7 @@ def test_server_fusion_needs_a_matching_retriever_and_licence():
 
 def test_linear_and_rrf_retriever_bodies():
     es = ElasticsearchAdapter(client=None)
-    dense = es.dense_query(np.array([1.0, 0.0], dtype=np.float32), k=50)
+    dense = es.dense_query(np.array([1.0, 0.0], dtype=np.float32), knn_depth=50)
     sparse = es.sparse_query({"wing": 2.0})
     body = es.hybrid_body([dense, sparse], fusion_config((0.7, 0.3), "linear"), size=50,
                           source=False, timeout="2s")

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from ingest_support import (
     ingest_cli,
     ingest_config,
     read_corpus,
+    wait_for_checkpoint,
     write_jsonl,
 )
 
@@ -99,10 +99,7 @@ def test_ingest_on_elasticsearch_resumes_after_sigkill_and_keeps_dead_letters(
     proc = subprocess.Popen([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 240
-    while checkpoint_indexed(state) < 40 and proc.poll() is None:
-        assert time.monotonic() < deadline, "the worker made no progress"
-        time.sleep(0.005)
+    wait_for_checkpoint(proc, state, 40, pause=0.005)
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, f"finished before the kill: {err.decode()}"

@@ -76,7 +76,7 @@ def test_es_dense_sparse_hybrid(es_corpus: Any) -> None:
     # hybrid = fusion of the two sub-queries fetched independently
     d50 = r.search(text, k=50, mode="dense")
     s50 = r.search(text, k=50, mode="sparse")
-    from lr_opensearch.engine.scores import score_from_inner_product
+    from lr_opensearch.legs.scores import score_from_inner_product
 
     expected = fuse(
         [(h.doc_id, score_from_inner_product(h.scores.get("dense"))) for h in d50],

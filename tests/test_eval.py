@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError, CorpusError
 from lr_opensearch.evaluation import (
     compare_table,
@@ -21,6 +20,7 @@ from lr_opensearch.evaluation import (
     write_trec,
 )
 from lr_opensearch.evaluation.runs import weight_sweep
+from lr_opensearch.legs.scores import score_from_inner_product
 
 
 def make_beir(root: Path, *, gz: bool = True) -> Path:

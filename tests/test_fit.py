@@ -1,4 +1,4 @@
-"""Fitting the query table and the IDF sparse query weights (lr_opensearch.bundle.fit)."""
+"""Fitting the query table and the IDF sparse query weights (lr_opensearch.fit.tables)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pytest
 from tiny_artifacts import SENTENCES, tiny_config, wordpiece_tokenizer
 
 from lr_opensearch.bundle import load_bundle, save_bundle
-from lr_opensearch.bundle.distill import DistillConfig
-from lr_opensearch.bundle.fit import fit_bundle_tables, query_tokenizer
-from lr_opensearch.bundle.pseudo import (
+from lr_opensearch.errors import CorpusError, QueryError
+from lr_opensearch.fit.distill import DistillConfig
+from lr_opensearch.fit.pseudo import (
     CAP_PER_DOC,
     fitted_on,
     make_pseudo_queries,
     plan_counts,
     read_records,
 )
-from lr_opensearch.bundle.ridge import LAMS, fit_table, token_bags
-from lr_opensearch.errors import CorpusError, QueryError
+from lr_opensearch.fit.ridge import LAMS, RidgeSolve, fit_table, token_bags
+from lr_opensearch.fit.tables import fit_bundle_tables, query_tokenizer
 from lr_opensearch.legs import builtin as legs_builtin
 from lr_opensearch.legs import registry
 from lr_opensearch.query import QueryEncoder
@@ -67,10 +67,11 @@ def test_fitted_table_beats_e0_on_held_back_queries() -> None:
 
 def test_unseen_rows_keep_e0_when_the_prior_is_not_mapped() -> None:
     bags, targets, e0 = _synthetic()
-    table, fit = fit_table(e0, bags, targets, map_min_queries=None)
+    table, fit = fit_table(e0, bags, targets, solve=RidgeSolve(map_min_queries=None))
     np.testing.assert_array_equal(table[50:], e0[50:])  # never seen: E0 exactly
     assert fit.prior_rows == 0
-    _, few = fit_table(e0, bags, targets, map_min_queries=10**6)  # no token that frequent
+    # no token that frequent
+    _, few = fit_table(e0, bags, targets, solve=RidgeSolve(map_min_queries=10**6))
     assert few.prior_rows == 0
 
 
@@ -97,16 +98,16 @@ def test_rows_the_queries_never_or_seldom_use_land_in_the_fitted_rows_space() ->
     unseen = token_bags(np.array([50, 51, 52]), np.array([3]), vocab)
     assert _cos(unseen @ table, unseen @ truth)[0] > 0.95
     assert 35 <= fit.prior_rows <= 40  # the frequent tokens (in the 90 % the map is fitted on)
-    old, _ = fit_table(e0, bags, targets, map_min_queries=None)
+    old, _ = fit_table(e0, bags, targets, solve=RidgeSolve(map_min_queries=None))
     assert _cos(old[50:], truth[50:]).mean() < 0.5
     assert _cos(table[40:50], truth[40:50]).mean() > _cos(old[40:50], truth[40:50]).mean() + 0.1
 
 
 def test_lam_search_picks_from_the_grid_and_one_lam_means_no_search() -> None:
     bags, targets, e0 = _synthetic(seed=1)
-    _, fit = fit_table(e0, bags, targets, lams=(0.5,))
+    _, fit = fit_table(e0, bags, targets, solve=RidgeSolve(lams=(0.5,)))
     assert fit.lam == 0.5 and list(fit.holdout_cosine_per_lam) == ["0.5"]
-    _, fit = fit_table(e0, bags, targets, lams=(1.0, 0.1, 0.01))
+    _, fit = fit_table(e0, bags, targets, solve=RidgeSolve(lams=(1.0, 0.1, 0.01)))
     assert fit.lam in (1.0, 0.1, 0.01)
 
 
@@ -148,9 +149,9 @@ def test_row_weights_pull_the_fit_towards_heavy_rows() -> None:
     bags = token_bags(np.array([0, 0, 1, 1]), np.array([1, 1, 1, 1]), 2)
     targets = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
     e0 = np.zeros((2, 2), np.float32)
-    table, _ = fit_table(e0, bags, targets, lams=(1e-6,), holdout=0.25, seed=3)
+    table, _ = fit_table(e0, bags, targets, solve=RidgeSolve(lams=(1e-6,), holdout=0.25, seed=3))
     heavy, _ = fit_table(e0, bags, targets, weights=np.array([3.0, 1.0, 1.0, 1.0]),
-                         lams=(1e-6,), holdout=0.25, seed=3)
+                         solve=RidgeSolve(lams=(1e-6,), holdout=0.25, seed=3))
     assert heavy[0, 0] > heavy[0, 1]  # row 0 (weight 3, squared 9) dominates token 0
     assert abs(table[0, 0] - table[0, 1]) < abs(heavy[0, 0] - heavy[0, 1])
     with pytest.raises(ValueError, match="weights"):
@@ -278,7 +279,7 @@ def test_read_records_gzip_jsonl_and_text(tmp_path: Path) -> None:
 
 
 def test_fitted_on_compares_path_size_and_sha256(tmp_path: Path) -> None:
-    from lr_opensearch.bundle.pseudo import file_facts
+    from lr_opensearch.fit.pseudo import file_facts
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
     copy = tmp_path / "copy.jsonl"
@@ -331,7 +332,7 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
 
-    from lr_opensearch.bundle.pseudo import file_facts
+    from lr_opensearch.fit.pseudo import file_facts
     from lr_opensearch.indexing.run import _fit_hint
 
     a = _corpus(tmp_path / "a.jsonl", [("t", "x y z")])
@@ -346,15 +347,15 @@ def test_ingest_hints_once_when_the_corpus_is_not_a_fit_corpus(
 
 
 def test_demo_bundle_cache_key_follows_the_fit_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lr_opensearch.bundle import pseudo
-    from lr_opensearch.bundle.store import recipe_key  # names lr demo's stored bundle too
+    from lr_opensearch.fit import pseudo
+    from lr_opensearch.fit.fitted import recipe_key  # names lr demo's stored bundle too
 
     key = recipe_key()
     assert key == recipe_key() and len(key) == 8
     monkeypatch.setattr(pseudo, "RECIPE_WEIGHTS", {"passage": 2.0})
     assert recipe_key() != key  # a changed recipe never reuses an old cached bundle
     monkeypatch.undo()
-    monkeypatch.setattr("lr_opensearch.bundle.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
+    monkeypatch.setattr("lr_opensearch.fit.distill.DEFAULT_DISTILL", DistillConfig(epochs=7))
     assert recipe_key() != key
     monkeypatch.undo()
     monkeypatch.setattr("lr_opensearch.legs.builtin.SPARSE", dataclasses.replace(

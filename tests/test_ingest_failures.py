@@ -132,7 +132,8 @@ class CuttableProxy:
 
 def test_the_node_going_away_mid_run_says_rerun_to_resume(
         tiny: Path, os_client: Any, opensearch_url: str, index_name: str, tmp_path: Path) -> None:
-    from test_ingest_settings import _start_cli, _wait_for_progress, settings_of
+    from ingest_support import wait_for_checkpoint
+    from test_ingest_settings import _start_cli, settings_of
 
     docs = [d for d in read_corpus(data_dir() / "cranfield" / "corpus.jsonl.gz", limit=600)
             if d["text"].strip() or d["title"].strip()]
@@ -149,7 +150,7 @@ def test_the_node_going_away_mid_run_says_rerun_to_resume(
     proxy = CuttableProxy(opensearch_url)
     proc = _start_cli([*base, "--url", proxy.url, "--max-attempts", "3", "--initial-backoff",
                        "0.1", "--max-backoff", "0.2", "--timeout", "5"])
-    _wait_for_progress(proc, state, 8)
+    wait_for_checkpoint(proc, state, 8)
     proxy.cut()
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err.decode()

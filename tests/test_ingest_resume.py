@@ -10,7 +10,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ingest_support import (
     ingest_cli,
     ingest_config,
     read_corpus,
+    wait_for_checkpoint,
     write_jsonl,
 )
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
@@ -78,10 +78,7 @@ def test_sigkill_at_random_chunks_then_resume(tiny: Path, os_client: Any, opense
         proc = subprocess.Popen([sys.executable, "-m", "ingest.bulk", *args], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-        deadline = time.monotonic() + 240
-        while checkpoint_indexed(state) < target and proc.poll() is None:
-            assert time.monotonic() < deadline, "the worker made no progress"
-            time.sleep(0.005)
+        wait_for_checkpoint(proc, state, target, pause=0.005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         _, err = proc.communicate()

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,12 @@ import pytest
 from ingest_support import (
     REPO,
     build_tiny_bundle,
-    checkpoint_indexed,
     data_dir,
     index_ids,
     ingest_cli,
     ingest_config,
     read_corpus,
+    wait_for_checkpoint,
     write_jsonl,
 )
 
@@ -154,14 +153,6 @@ def _start_cli(args: list[str]) -> subprocess.Popen[bytes]:
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
 
 
-def _wait_for_progress(proc: subprocess.Popen[bytes], state: Path, at_least: int) -> None:
-    deadline = time.monotonic() + 240
-    while checkpoint_indexed(state) < at_least:
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.01)
-
-
 def _cli_args(corpus: Path, tiny: Path, index: str, url: str, state: Path) -> list[str]:
     return [str(corpus), "--bundle", str(tiny), "--index", index, "--url", url, "--state-dir",
             str(state), "--chunk-size", "4", "--batch-size", "4", "--sort-window", "4",
@@ -174,7 +165,7 @@ def test_sigterm_gives_the_settings_back_and_the_rerun_completes(
     a, _, _ = corpora(tmp_path)
     args = _cli_args(a, tiny, index_name, opensearch_url, tmp_path / "state")
     proc = _start_cli(args)
-    _wait_for_progress(proc, tmp_path / "state", 4)
+    wait_for_checkpoint(proc, tmp_path / "state", 4)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()
@@ -192,7 +183,7 @@ def test_a_killed_run_does_not_turn_load_settings_into_the_original(
     a, b, ids = corpora(tmp_path)
     args = _cli_args(a, tiny, index_name, opensearch_url, tmp_path / "state")
     proc = _start_cli(args)
-    _wait_for_progress(proc, tmp_path / "state", 4)
+    wait_for_checkpoint(proc, tmp_path / "state", 4)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert settings_of(os_client, index_name)["refresh_interval"] == "-1"  # left mid-load

@@ -97,7 +97,7 @@ def minilm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = os.environ.get("LR_MINILM_BUNDLE")
     if env:
         return Path(env)
-    from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.fit.build import build_bundle
 
     return Path(build_bundle(None, tmp_path_factory.mktemp("minilm") / "bundle"))
 

@@ -19,13 +19,13 @@ from ingest_support import ingest_config
 from node_support import free_port
 
 from lr_opensearch.bundle import load_bundle
-from lr_opensearch.engine.calibration import read_calibration
 from lr_opensearch.engine.client import connect
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.indexing.run import run as ingest
 from lr_opensearch.node import NodeConfig, install, start_node, stop_node
 from lr_opensearch.search import Retriever
+from lr_opensearch.search.calibration import read_calibration
 
 pytestmark = [pytest.mark.slow, pytest.mark.node]
 

@@ -14,8 +14,8 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.legs.scores import score_from_inner_product
 from lr_opensearch.search import Retriever, fuse
 
 pytestmark = [pytest.mark.node, pytest.mark.matrix]  # matrix: also run on OpenSearch 2.19

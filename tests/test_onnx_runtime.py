@@ -199,7 +199,7 @@ def test_the_runtime_choice() -> None:
 def test_without_torch_a_build_and_a_torch_encoder_say_what_to_install(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import lr_opensearch.model.runtime as runtime
-    from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.fit.build import build_bundle
 
     monkeypatch.setattr(runtime, "installed", lambda name: name != "torch")
     with pytest.raises(ConfigError, match=r"lr bundle build .* needs torch.*lr-opensearch\[train\]"):
@@ -269,12 +269,13 @@ def test_a_bundle_built_on_onnx_searches_torch_encoded_documents_alike(
     ranks as a bundle fitted on torch against documents encoded on ONNX Runtime."""
     from model_fixtures import tiny_checkpoint_and_corpus
 
-    from lr_opensearch.bundle.build import build_bundle
-    from lr_opensearch.bundle.fit import FitRecipe
+    from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
+    from lr_opensearch.fit.tables import FitRecipe
 
     model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables"))
-    kw = {"batch_size": 64, "max_length": 64, "progress": False, "device": "cpu"}
+    kw = {"tables": TableSettings(batch_size=64, max_length=64), "progress": False,
+          "backbone": BackboneSettings(device="cpu")}
     made: list[str] = []
     init = OnnxDocEncoder.__init__
     monkeypatch.setattr(OnnxDocEncoder, "__init__",

@@ -19,8 +19,8 @@ from model_fixtures import one_thread, save_model_dir, tiny_bert  # noqa: F401
 from onnx import helper, numpy_helper
 
 from lr_opensearch.bundle import BundleConfig, load_bundle
-from lr_opensearch.bundle.build import build_bundle
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.build import TableSettings, build_bundle
 from lr_opensearch.model import DocEncoder, LightRetrieverModel
 from lr_opensearch.model.framing import plain_tokenizer
 from lr_opensearch.model.loading import load_hf, sentence_transformers_settings
@@ -157,7 +157,8 @@ def test_the_bundle_takes_the_models_prompts(tiny_jar: tuple, tmp_path: Path,
                                              one_thread: None) -> None:  # noqa: F811
     entry, jar, _ = tiny_jar
     out = convert_onnx(entry, jar, tmp_path / "converted")
-    bundle = load_bundle(build_bundle(out, tmp_path / "bundle", batch_size=64, progress=False))
+    bundle = load_bundle(build_bundle(out, tmp_path / "bundle", tables=TableSettings(batch_size=64),
+                                      progress=False))
     cfg = bundle.config
     assert dict(cfg.instructions) == {"default": "what is "}  # verbatim, not "Instruct: ..."
     assert (cfg.pooling, cfg.normalize, cfg.document_prompt) == ("mean", True, "the ")

@@ -248,7 +248,7 @@ def test_pipelined_batches_equal_single_thread(wp_bundle) -> None:  # noqa: ANN0
 @pytest.mark.slow
 def test_packaged_minilm_bundle_encodes_every_data_query(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A bundle built from the packaged all-MiniLM-L6-v2 encodes all of ../shared/data."""
-    from lr_opensearch.bundle.build import build_bundle
+    from lr_opensearch.fit.build import build_bundle
 
     texts = _data_queries()
     assert len(texts) > 1000, f"expected the shared collections under {DATA}"

@@ -15,16 +15,21 @@ QUERY_SIDE = ["lr_opensearch", "lr_opensearch.bundle.keys", "lr_opensearch.bundl
 HEAVY = ["torch", "transformers"]
 
 
+def heavy_after_importing(modules: list[str], heavy: list[str]) -> list[str]:
+    """The ``heavy`` packages a fresh interpreter holds after importing ``modules``."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_query_side_leaves_torch_and_transformers_out() -> None:
     present = [m for m in QUERY_SIDE if importlib.util.find_spec(m) is not None]
     assert {"lr_opensearch.bundle.keys", "lr_opensearch.bundle", "lr_opensearch.query"} <= set(present)
-    code = (
-        "import importlib, json, sys\n"
-        f"for m in {present!r}: importlib.import_module(m)\n"
-        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert heavy_after_importing(present, HEAVY) == []
 
 
 def test_encoding_a_query_leaves_torch_out(tmp_path) -> None:  # noqa: ANN001
@@ -41,3 +46,16 @@ def test_encoding_a_query_leaves_torch_out(tmp_path) -> None:  # noqa: ANN001
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_bundle_room_imports_neither_torch_nor_scipy() -> None:
+    """``lr_opensearch.bundle`` is the artifact only (config, format, files, keys, the store's
+    lookups): every module of it imports without torch, transformers or scipy (the workshop
+    that builds and fits a bundle is ``lr_opensearch.fit``)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    modules = sorted("lr_opensearch.bundle." + p.stem for p in
+                     (root / "lr_opensearch" / "bundle").glob("*.py") if p.stem != "__init__")
+    assert "lr_opensearch.bundle.format" in modules
+    assert heavy_after_importing(modules, [*HEAVY, "scipy"]) == []

@@ -33,7 +33,7 @@ def test_setup_script_installs_the_node() -> None:
     assert "requirements-models.txt" in setup
 
 
-DOCS_WITH_CURLS = ("README.md", "docs/IN_CLUSTER.md")
+DOCS_WITH_CURLS = ("README.md", "docs/searching-from-any-client.md", "docs/IN_CLUSTER.md")
 
 
 def text_only_hybrid_curls() -> list[tuple[str, str, dict]]:
@@ -52,7 +52,7 @@ def text_only_hybrid_curls() -> list[tuple[str, str, dict]]:
 
 
 def test_the_documented_text_only_hybrid_is_what_lr_search_sends_by_default() -> None:
-    """The curl of README.md (and docs/IN_CLUSTER.md) asks for the candidates ``lr search
+    """The curl of README.md (and of the docs that show one) asks for the candidates ``lr search
     --in-cluster`` asks for with its defaults (one definition: options.DEFAULT_CANDIDATES):
     the body equals the text-only body built with the search defaults, leg for leg."""
     from lr_opensearch.cluster import text_hybrid_body

@@ -43,7 +43,8 @@ from incluster_support import collection_index, ndcg10, read_jsonl, running_ml_n
 from ingest_support import REPO, data_dir
 
 from lr_opensearch.bundle import Bundle, load_bundle
-from lr_opensearch.cluster import export_dense, mlapi
+from lr_opensearch.cluster import export_dense
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.client import make_client
 from lr_opensearch.indexing import ConnectionConfig, IngestConfig
 from lr_opensearch.indexing.run import run

@@ -18,8 +18,8 @@ from tiny_artifacts import SENTENCES, tiny_bundle, wordpiece_tokenizer
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
-from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.legs.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.search import Retriever
 from lr_opensearch.search.explain import LUCENE_FEATURE_REL_TOL
 from lr_opensearch.search.fusion import fuse

@@ -9,9 +9,9 @@ from lr_opensearch.bundle.keys import encode_key
 from lr_opensearch.engine.clauses import filter_clauses
 from lr_opensearch.engine.opensearch import OpenSearchAdapter, pipeline_name
 from lr_opensearch.engine.results import EngineHit, EngineResult, parse_response
-from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import fusion_config
+from lr_opensearch.legs.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.search.explain import token_contributions
 from lr_opensearch.search.fusion import fuse
 from lr_opensearch.search.hits import (
@@ -27,7 +27,7 @@ FLT = {"term": {"metadata.lang": "en"}}
 
 def test_dense_query_knn_with_efficient_filter_and_ef_search():
     q = ADAPTER.dense_query(
-        np.array([0.5, -1.25], dtype=np.float32), k=50, filter=FLT, ef_search=200
+        np.array([0.5, -1.25], dtype=np.float32), knn_depth=50, filter=FLT, ef_search=200
     )
     assert q == {
         "knn": {
@@ -39,13 +39,13 @@ def test_dense_query_knn_with_efficient_filter_and_ef_search():
             }
         }
     }
-    two = ADAPTER.dense_query(np.zeros(2), k=5, filter=[FLT, {"exists": {"field": "title"}}])
+    two = ADAPTER.dense_query(np.zeros(2), knn_depth=5, filter=[FLT, {"exists": {"field": "title"}}])
     assert two["knn"]["lr_dense"]["filter"] == {
         "bool": {"filter": [FLT, {"exists": {"field": "title"}}]}
     }
     assert "method_parameters" not in two["knn"]["lr_dense"]
     with pytest.raises(ConfigError, match="1-d and finite"):
-        ADAPTER.dense_query(np.array([np.nan, 1.0]), k=5)
+        ADAPTER.dense_query(np.array([np.nan, 1.0]), knn_depth=5)
 
 
 def test_sparse_query_is_linear_rank_features_with_count_boosts():
@@ -65,7 +65,7 @@ def test_sparse_query_is_linear_rank_features_with_count_boosts():
 
 
 def test_hybrid_text_and_body():
-    d, s = ADAPTER.dense_query(np.ones(2), k=3), ADAPTER.sparse_query({"a": 1.0})
+    d, s = ADAPTER.dense_query(np.ones(2), knn_depth=3), ADAPTER.sparse_query({"a": 1.0})
     assert ADAPTER.hybrid_query(d, s) == {"hybrid": {"queries": [d, s]}}
     body = ADAPTER.body(d, size=7, source=["title"], timeout="250ms")
     assert body == {
@@ -285,10 +285,10 @@ def test_what_differs_by_opensearch_version(version: str, ef_search: int | None,
     assert caps.knn_ef_search == ef_search and caps.weighted_rrf is weighted_rrf
     adapter = OpenSearchAdapter(object())  # a client that is never called
     adapter._capabilities = caps
-    knn = adapter.dense_query(np.zeros(2), k=10)["knn"]["lr_dense"]
+    knn = adapter.dense_query(np.zeros(2), knn_depth=10)["knn"]["lr_dense"]
     assert knn.get("method_parameters") == (
         {"ef_search": KNN_DEFAULT_EF_SEARCH} if ef_search else None)
-    named = adapter.dense_query(np.zeros(2), k=10, ef_search=300)["knn"]["lr_dense"]
+    named = adapter.dense_query(np.zeros(2), knn_depth=10, ef_search=300)["knn"]["lr_dense"]
     assert named["method_parameters"] == {"ef_search": 300}  # the caller's wins
     why = adapter.server_fusion_blocker(fusion_config((0.6, 0.4), combination="rrf"))
     assert (why is None) is weighted_rrf

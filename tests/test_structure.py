@@ -1,9 +1,10 @@
 """The package structure: no import circles, and the library never imports the apps.
 
-The import graph is read from the source (every ``import``, also inside functions; not the
-ones under ``if TYPE_CHECKING:``, which never run). Importing ``a.b.c`` runs ``a/__init__``
-and ``a/b/__init__`` too, so those count as edges, except packages the importer is itself
-inside (they are already being initialised: the usual re-export pattern).
+The import graph is read from the source: every ``import``, also inside functions (a lazy
+import) and under ``if TYPE_CHECKING:`` (it never runs, but a module that needs another's
+types and is needed by it is one circle cut in two). Importing ``a.b.c`` runs
+``a/__init__`` and ``a/b/__init__`` too, so those count as edges, except packages the
+importer is itself inside (they are already being initialised: the usual re-export pattern).
 """
 
 from __future__ import annotations
@@ -17,43 +18,35 @@ PACKAGES = ("lr_opensearch", "ingest", "trainer")
 APPS = ("ingest", "trainer")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     found = {}
-    for pkg in PACKAGES:
-        for path in (REPO / pkg).rglob("*.py"):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+    for pkg in packages:
+        for path in (root / pkg).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
     return found
 
 
-def _runtime_imports(tree: ast.AST) -> list[tuple[str, list[str], int]]:
-    """(module, imported names, level) of every import not under ``if TYPE_CHECKING``."""
+def _imports(tree: ast.AST) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, level) of every import: at the top, inside a function, or
+    under ``if TYPE_CHECKING``."""
     out: list[tuple[str, list[str], int]] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.extend((a.name, [], 0) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             out.append((node.module or "", [a.name for a in node.names], node.level))
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+def _graph(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    modules = _modules(root, packages)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         is_pkg = path.name == "__init__.py"
-        for module, names, level in _runtime_imports(ast.parse(path.read_text(), str(path))):
+        for module, names, level in _imports(ast.parse(path.read_text(), str(path))):
             if level:  # relative: resolve against the importer's package
                 base = name.split(".") if is_pkg else name.split(".")[:-1]
                 base = base[: len(base) - (level - 1)]
@@ -109,8 +102,91 @@ def test_no_import_circles() -> None:
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
+# The library's rooms, bottom first: a room imports rooms of its own layer or below, never
+# above, and the rooms form no circle. The artifact (bundle/) is read by every room above
+# it and reads none of them; the torch side (model/) and the query side (query/) read the
+# artifact, never the workshop (fit/) that builds and fits it; search/ stands on the
+# engine room, cluster/ (deploy) and indexing/ on search/. A new room goes in one layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "cache", "progress", "options", "instructions", "version"),
+    ("legs", "node", "packaged"),
+    ("bundle",),
+    ("engine", "model", "query"),
+    ("fit", "dashboards", "plugin"),
+    ("search",),
+    ("cluster", "indexing", "inspect", "ur2n"),
+    ("evaluation",),
+    ("cli",),
+)
+
+
+def room_of(module: str) -> str | None:
+    """``lr_opensearch.<room>...`` -> ``<room>``; None for the package root (the public
+    surface, above every room) and for ``__main__`` entry points (above everything)."""
+    parts = module.split(".")
+    if parts[0] != "lr_opensearch" or len(parts) < 2 or parts[-1] == "__main__":
+        return None
+    return parts[1]
+
+
+def upward_imports(graph: dict[str, set[str]],
+                   layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Imports from a room into a room of a higher layer, and rooms in no layer."""
+    layer = {room: i for i, rooms in enumerate(layers) for room in rooms}
+    bad = []
+    for m, deps in graph.items():
+        here = room_of(m)
+        for d in deps:
+            there = room_of(d)
+            if here is None or there is None or here == there:
+                continue
+            for room in (here, there):
+                if room not in layer:
+                    bad.append(f"room {room!r} ({m}) is in no layer of LAYERS: put it in one")
+            if here in layer and there in layer and layer[there] > layer[here]:
+                bad.append(f"{m} -> {d} (layer {layer[here]} imports layer {layer[there]})")
+    return sorted(set(bad))
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        here = room_of(m)
+        if here is None:
+            continue
+        rooms.setdefault(here, set())
+        rooms[here] |= {t for d in deps if (t := room_of(d)) not in (None, here)}
+    return rooms
+
+
+def test_no_room_imports_upward() -> None:
+    graph = _graph()
+    bad = upward_imports(graph, LAYERS)
+    assert not bad, "imports up the rooms (see LAYERS):\n" + "\n".join(bad)
+    cycle = _cycle(room_graph(graph))
+    assert cycle is None, "the rooms import in a circle: " + " -> ".join(cycle or [])
+    toy = {"lr_opensearch.a.x": {"lr_opensearch.b.y"}, "lr_opensearch.b.y": set()}
+    assert upward_imports(toy, (("a",), ("b",))) == \
+        ["lr_opensearch.a.x -> lr_opensearch.b.y (layer 0 imports layer 1)"]
+    assert upward_imports(toy, (("b",),)) == \
+        ["room 'a' (lr_opensearch.a.x) is in no layer of LAYERS: put it in one"]
+
+
 def test_a_circle_is_found() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_a_circle_through_type_checking_and_a_lazy_import_is_found(tmp_path: Path) -> None:
+    """One side imports the other's types under ``TYPE_CHECKING``, the other imports it
+    inside a function (search.dsl and search.retriever did): still one circle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "plan.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                 "    from pkg.retriever import Retriever\n")
+    (pkg / "retriever.py").write_text("def dsl():\n    from pkg.plan import plan\n")
+    graph = _graph(tmp_path, ("pkg",))
+    assert _cycle(graph) == ["pkg.plan", "pkg.retriever", "pkg.plan"]
 
 
 def test_the_library_never_imports_the_apps() -> None:
@@ -247,3 +323,80 @@ def test_the_legs_module_is_not_shadowed() -> None:
     assert legs_shadowing("from lr_opensearch import legs\ndef f(legs): legs = 1\n") == \
         ["<src>:2", "<src>:2"]
     assert legs_shadowing("def f(legs): pass\n") == []
+
+
+META_ROOM = REPO / "lr_opensearch" / "engine"
+
+
+def meta_edits(source: str, where: str = "<src>") -> list[str]:
+    """Hand edits of an index's ``_meta``: a ``"_meta"`` string constant (reading the
+    mapping's ``_meta`` by hand) or a ``put_index_meta`` call (writing it whole)."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    return [f"{where}:{node.lineno}" for node in ast.walk(tree)
+            if (isinstance(node, ast.Constant) and node.value == "_meta" and id(node) not in docs)
+            or (isinstance(node, ast.Attribute) and node.attr == "put_index_meta")]
+
+
+def test_meta_is_changed_only_through_the_adapter() -> None:
+    """Outside the engine room, ``_meta`` is read and changed one key at a time
+    (``adapter.meta_value``, ``adapter.update_meta``, ``engine.meta.meta_of``): a whole
+    ``_meta`` read, changed and written back loses a concurrent writer's keys."""
+    bad = [hit for pkg in PACKAGES for path in sorted((REPO / pkg).rglob("*.py"))
+           if META_ROOM not in path.parents
+           for hit in meta_edits(path.read_text(), str(path.relative_to(REPO)))]
+    assert not bad, f"_meta edited by hand outside lr_opensearch/engine/: {bad}"
+    assert meta_edits('m = mapping.get("_meta", {})\nadapter.put_index_meta(i, m)\n') == \
+        ["<src>:1", "<src>:2"]
+
+
+def root_imports(source: str, modules: set[str], where: str = "<src>") -> list[str]:
+    """``from lr_opensearch import NAME`` of a name that is no module: it needs the package
+    root (the public surface, which imports every public room) inside the library."""
+    return [f"{where}:{node.lineno}: {a.name}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) and node.module == "lr_opensearch"
+            and not node.level for a in node.names if f"lr_opensearch.{a.name}" not in modules]
+
+
+def test_the_library_never_imports_from_its_package_root() -> None:
+    """The version and the rest come from their own modules (``lr_opensearch.version``),
+    never from the package root, an arrow from every room up to the top."""
+    modules = set(_modules())
+    bad = [hit for path in sorted((REPO / "lr_opensearch").rglob("*.py"))
+           for hit in root_imports(path.read_text(), modules, str(path.relative_to(REPO)))]
+    assert not bad, f"imports from the package root inside the library: {bad}"
+    assert root_imports("from lr_opensearch import __version__, legs\n",
+                        {"lr_opensearch.legs"}) == ["<src>:1: __version__"]
+
+
+def report(root: Path = REPO) -> str:
+    """The import graph of ``root`` in words: module and room circles, imports up the
+    declared layers, and the rooms' own layers (longest import path below each room)."""
+    graph = _graph(root)
+    rooms = room_graph(graph)
+    depth: dict[str, int] = {}
+
+    def level(room: str, seen: tuple[str, ...] = ()) -> int:
+        if room in seen:  # a circle: report it below, count it once here
+            return 0
+        if room not in depth:
+            depth[room] = 1 + max((level(d, (*seen, room)) for d in rooms.get(room, ())),
+                                  default=-1)
+        return depth[room]
+
+    by_level: dict[int, list[str]] = {}
+    for room in sorted(rooms):
+        by_level.setdefault(level(room), []).append(room)
+    lines = [f"module circle: {' -> '.join(_cycle(graph) or []) or 'none'}",
+             f"room circle: {' -> '.join(_cycle(rooms) or []) or 'none'}",
+             "imports up the declared layers: "
+             + ("none" if not (up := upward_imports(graph, LAYERS)) else "\n  " + "\n  ".join(up)),
+             "room layers (bottom first):",
+             *(f"  {n}: {', '.join(names)}" for n, names in sorted(by_level.items()))]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python3 tests/test_structure.py [REPO]: the graph in words
+    import sys
+
+    print(report(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO))

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lr_opensearch.engine.scores import score_from_inner_product
 from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.legs.scores import score_from_inner_product
 from lr_opensearch.ur2n.xtr import (
     TOKEN_FIELD,
     XTRRetriever,

@@ -4,7 +4,7 @@
 
 The model is rebuilt from the checkpoint's config (backbone + LoRA settings), the trained
 weights are loaded, LoRA is merged into the backbone, and the bundle is written by
-``lr_opensearch.bundle.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
+``lr_opensearch.fit.build.build_bundle_from_model`` - the same code ``lr bundle build`` uses:
 one query table per configured instruction (formatted with ``QUERY_PROMPT`` exactly as
 in training), the merged doc encoder and the tokenizer.
 """
@@ -50,8 +50,8 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
             pseudo-queries of these corpora (``lr bundle build --fit-corpus``); none: the
             trained per-token table as it is.
     """
-    from lr_opensearch.bundle.build import build_bundle_from_model
-    from lr_opensearch.bundle.fit import FitRecipe
+    from lr_opensearch.fit.build import TableSettings, build_bundle_from_model
+    from lr_opensearch.fit.tables import FitRecipe
 
     merge_lora(model)
     model.eval()
@@ -59,10 +59,11 @@ def export_model(model: Any, tokenizer: Any, config: TrainConfig, out: str | Pat
     start = time.perf_counter()
     extra: dict[str, Any] = {} if export.sparse_top_k is None else {"sparse_top_k": export.sparse_top_k}
     path = build_bundle_from_model(
-        model, tokenizer, out, instructions=bundle_instructions(config),
-        default_instruction=export.default_instruction,
-        max_length=export.max_length or config.data.max_length, served_dim=export.served_dim,
-        batch_size=export.batch_size, overwrite=overwrite, progress=progress,
+        model, tokenizer, out,
+        tables=TableSettings(instructions=bundle_instructions(config),
+                             max_length=export.max_length or config.data.max_length,
+                             served_dim=export.served_dim, batch_size=export.batch_size),
+        default_instruction=export.default_instruction, overwrite=overwrite, progress=progress,
         fit=FitRecipe(corpora=tuple(fit_corpora)), **extra)
     logger.info("bundle written to %s in %.1f s", path, time.perf_counter() - start)
     return path

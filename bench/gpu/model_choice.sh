@@ -31,7 +31,8 @@ mkdir -p "$OUT/bundles"
 STAGE_DIR=$S python3 - <<'PY'
 import hashlib, json, os
 from pathlib import Path
-from lr_opensearch.bundle.store import fitted_name, store_dir
+from lr_opensearch.bundle.store import store_dir
+from lr_opensearch.fit.fitted import fitted_name
 names = []
 for c in ("cisi", "cranfield"):
     corpus = Path("/work/shared/data") / c / "corpus.jsonl.gz"

@@ -5,9 +5,12 @@
 - ``format``: ``save_bundle``, ``load_bundle``, ``Bundle`` (the one loader).
 - ``files``: hashing, table and tokenizer files.
 - ``keys``: the reversible, dot-free sparse key encoding shared by ingest and queries.
-- ``build`` (torch): a bundle from any HF checkpoint, or from a trained model.
+- ``store``: the local bundle store's lookups (``store_dir``, ``find_bundle``,
+  ``bundle_of_index``).
 
-Importing this package is light (numpy, tokenizers, safetensors); ``build`` is not imported.
+Importing this package is light (numpy, tokenizers, safetensors); it is the artifact only:
+its modules import neither torch nor scipy. Building and fitting a bundle is the
+workshop's, :mod:`lr_opensearch.fit`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ tokenizer's vocabulary size and the special token ids the query and sparse sides
 each instruction's text and table file, the size and sha256 of every file, the bundle id
 and the library version that wrote it. Optional (absent in bundles written before the
 table fit, which load unchanged): ``fit`` (how the tables were fitted to a corpus, see
-``lr_opensearch.bundle.fit``) and ``sparse_query_weights`` (``{"kind": "idf", "file": ...}``;
+``lr_opensearch.fit.tables``) and ``sparse_query_weights`` (``{"kind": "idf", "file": ...}``;
 without it a query's sparse weights are token counts).
 
 Loading executes no code: JSON, ``tokenizers`` and safetensors read through ``numpy``.
@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch import __version__
 from lr_opensearch.bundle.config import BundleConfig
 from lr_opensearch.bundle.files import (
     atomic_dir,
@@ -62,6 +61,7 @@ from lr_opensearch.bundle.files import (
     write_weights,
 )
 from lr_opensearch.errors import BundleError
+from lr_opensearch.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class Bundle:
 
     @property
     def fit(self) -> Mapping[str, Any] | None:
-        """How the tables were fitted to a corpus (``lr_opensearch.bundle.fit``), or None."""
+        """How the tables were fitted to a corpus (``lr_opensearch.fit.tables``), or None."""
         return self.manifest.get("fit")
 
     @property

@@ -15,9 +15,9 @@ import logging
 import sys
 from typing import Any
 
-from lr_opensearch import __version__
 from lr_opensearch.cli.common import configure_logging
 from lr_opensearch.errors import LRError
+from lr_opensearch.version import __version__
 
 # subcommand -> (module with register(), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dashboards": ("lr_opensearch.cli.dashboards", "saved objects for Dashboards / Kibana"),
     "models": ("lr_opensearch.cli.models", "LightRetriever query encoding inside the cluster "
                "(ml-commons): deploy, list, undeploy"),
+    "plugin": ("lr_opensearch.cli.plugin", "the LightRetriever OpenSearch plugin (one request "
+               "from any client): build, install, load, status"),
     "inspect": ("lr_opensearch.cli.inspect", "the hybrid and each of its legs side by side in the "
                 "browser"),
 }

@@ -1,10 +1,10 @@
 """``lr bundle``: build a bundle from an HF checkpoint and inspect bundles.
 
 ``lr bundle info BUNDLE [--json] [--verify]`` reads the manifest (no torch);
-``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.bundle.build.build_bundle``
+``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.fit.build.build_bundle``
 (imported only then: it needs torch); without ``--model`` it uses the packaged
 all-MiniLM-L6-v2. ``--fit-corpus PATH`` (repeatable) fits the query tables and the IDF
-sparse query weights to a corpus (``lr_opensearch.bundle.fit``).
+sparse query weights to a corpus (``lr_opensearch.fit.tables``).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def distill_setting(epochs: int | None) -> Any:
     """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
     import dataclasses
 
-    from lr_opensearch.bundle.distill import DEFAULT_DISTILL, DistillConfig
+    from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig
 
     if epochs is None:
         return DEFAULT_DISTILL
@@ -140,9 +140,9 @@ def distill_setting(epochs: int | None) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lr_opensearch.bundle.build import build_bundle
-    from lr_opensearch.bundle.fit import FitRecipe
-    from lr_opensearch.bundle.pseudo import MAX_QUERIES
+    from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
+    from lr_opensearch.fit.pseudo import MAX_QUERIES
+    from lr_opensearch.fit.tables import FitRecipe
 
     if args.no_fit and (args.fit_corpus or args.fit_queries):
         raise ConfigError("--no-fit contradicts --fit-corpus / --fit-queries; give one or the other")
@@ -155,16 +155,18 @@ def run_build(args: argparse.Namespace) -> int:
             "--fit-corpus YOUR_CORPUS.jsonl (see `lr bundle build --help`), or pass --no-fit.")
     start = time.perf_counter()
     path = build_bundle(
-        args.model, args.out, instructions=parse_instructions(args.instruction),
-        pooling=args.pooling, normalize=args.normalize, sparse_head=args.sparse_head,
-        max_length=args.max_length, served_dim=args.served_dim, batch_size=args.batch_size,
+        args.model, args.out,
+        backbone=BackboneSettings(pooling=args.pooling, normalize=args.normalize,
+                                  sparse_head=args.sparse_head, device=args.device),
+        tables=TableSettings(instructions=parse_instructions(args.instruction),
+                             max_length=args.max_length, served_dim=args.served_dim,
+                             batch_size=args.batch_size),
         **({} if args.sparse_top_k is None else {"sparse_top_k": args.sparse_top_k}),
         overwrite=args.overwrite,
         fit=FitRecipe(corpora=tuple(args.fit_corpus or ()), queries=tuple(args.fit_queries or ()),
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
                       encode_precision=args.encode_precision, runtime=args.runtime),
-        device=args.device,
     )
     from lr_opensearch.bundle import load_bundle
 

@@ -118,11 +118,11 @@ def bundle_path(args: argparse.Namespace, client: Any = None) -> str:
         raise ConfigError("give --bundle DIR (or --index NAME of an index made by lr-opensearch)")
     from lr_opensearch.bundle.store import bundle_of_index
     from lr_opensearch.engine.factory import make_adapter
+    from lr_opensearch.engine.meta import meta_of
     from lr_opensearch.engine.templates import META_KEY
 
     adapter = make_adapter(client if client is not None else client_from_args(args))
-    metas = [m.get("_meta", {}).get(META_KEY, {})
-             for m in adapter.index_mappings(args.index).values()]
+    metas = [meta_of(m, META_KEY) or {} for m in adapter.index_mappings(args.index).values()]
     return str(bundle_of_index(args.index, metas[0] if metas else {}))
 
 

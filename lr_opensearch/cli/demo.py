@@ -94,7 +94,7 @@ def ensure_bundle(path: Path | None, corpus: Path) -> Path:
     (built into it once: the bundle zero-config ingest and the tests build for that corpus)."""
     if path is not None:
         return path
-    from lr_opensearch.bundle.store import DEFAULT_MODEL, fitted_bundle
+    from lr_opensearch.fit.fitted import DEFAULT_MODEL, fitted_bundle
 
     return fitted_bundle(corpus, model=DEFAULT_MODEL)
 

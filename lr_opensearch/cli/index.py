@@ -13,11 +13,12 @@ from lr_opensearch.cli.common import (
     layout_opts,
 )
 from lr_opensearch.engine.adapter import VECTOR_FIELDS
-from lr_opensearch.engine.calibration import DEFAULT_SAMPLE_DOCS
 from lr_opensearch.engine.client import ENGINE_NAMES
+from lr_opensearch.engine.meta import meta_of
 from lr_opensearch.engine.templates import META_KEY
 from lr_opensearch.errors import EngineError
 from lr_opensearch.options import ES_SPARSE_TYPES, KNN_ENGINES
+from lr_opensearch.search.calibration import DEFAULT_SAMPLE_DOCS
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
@@ -61,7 +62,7 @@ def index_info(client: Any, index: str) -> dict[str, Any]:
 
     adapter = make_adapter(client)
     mapping = adapter.index_mapping(index)
-    meta = mapping.get("_meta", {}).get(META_KEY, {})
+    meta = meta_of(mapping, META_KEY) or {}
     stats = client.indices.stats(index=index, metric="docs,store")["_all"]["primaries"]
     settings = adapter.index_settings(index)
     props = mapping.get("properties", {})
@@ -115,7 +116,7 @@ def list_indices(client: Any) -> list[dict[str, Any]]:
     adapter = make_adapter(client)
     out = []
     for name, mapping in sorted(adapter.index_mappings("*", closed=True).items()):
-        meta = mapping.get("_meta", {}).get(META_KEY)
+        meta = meta_of(mapping, META_KEY)
         if not meta:
             continue
         try:
@@ -163,7 +164,7 @@ def delete_targets(adapter: Any, target: str) -> tuple[list[str], dict[str, str]
     for name, mapping in sorted(adapter.index_mappings(target, closed=True).items()):
         if not any(p.match(name) for p in patterns):
             kept[name] = f"reached through an alias in {target!r}, not named: name it"
-        elif not mapping.get("_meta", {}).get(META_KEY):
+        elif not meta_of(mapping, META_KEY):
             kept[name] = (f"not a LightRetriever index (its mapping has no _meta.{META_KEY}); "
                           "lr deletes only its own indices: use the engine's API if you mean it")
         else:
@@ -198,9 +199,9 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.cli.common import bundle_path
-    from lr_opensearch.engine.calibration import Shape, calibrate
     from lr_opensearch.engine.factory import make_adapter
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.search.calibration import Shape, calibrate
 
     client = client_from_args(args)
     adapter = make_adapter(client)

@@ -43,7 +43,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     quiet_transport(args)
-    from lr_opensearch.cluster import mlapi
+    from lr_opensearch.engine import mlapi
 
     models = mlapi.list_models(client_from_args(args))
     if args.json:

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from lr_opensearch.errors import NodeError
 from lr_opensearch.node.cluster import (
     CLUSTER_HEAP,
     ClusterSpec,
@@ -25,7 +26,7 @@ from lr_opensearch.node.cluster import (
     stop_cluster,
 )
 from lr_opensearch.node.config import NodeConfig, default_node_dir
-from lr_opensearch.node.install import cache_dir, install
+from lr_opensearch.node.install import Installation, cache_dir, install
 from lr_opensearch.node.process import (
     NodeStatus,
     node_status,
@@ -59,11 +60,24 @@ def _node_dir(args: argparse.Namespace) -> Path:
     return with_state[0] if with_state else dirs[0]
 
 
+def _installation(args: argparse.Namespace, force: bool = False) -> Installation:
+    """The installation the flags ask for: lean, ``--with-ml`` or ``--with-plugin``."""
+    if getattr(args, "with_plugin", False):
+        if args.with_ml or (args.engine or DEFAULT_ENGINE) != "opensearch":
+            raise NodeError("--with-plugin is the lean OpenSearch node with the LightRetriever "
+                            "plugin; drop --with-ml / --engine")
+        from lr_opensearch.plugin.install import plugin_installation
+
+        return plugin_installation(args.cache_dir, version=args.version)
+    return install(args.cache_dir, engine=args.engine, force=force, ml=args.with_ml,
+                   version=args.version)
+
+
 def _cmd_install(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    inst = install(args.cache_dir, engine=args.engine, force=args.force, ml=args.with_ml,
-                   version=args.version)
-    print(f"{inst.engine.display} {inst.version}{' with ml-commons' if inst.ml else ''} "
+    inst = _installation(args, force=args.force)
+    plugin = " with the LightRetriever plugin" if args.with_plugin else ""
+    print(f"{inst.engine.display} {inst.version}{' with ml-commons' if inst.ml else ''}{plugin} "
           f"installed in {inst.home} "
           f"(Java {inst.java.major} at {inst.java.path}; {time.monotonic() - started:.0f} s)")
     return 0
@@ -86,7 +100,7 @@ def _spec(args: argparse.Namespace) -> ClusterSpec:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    inst = install(args.cache_dir, engine=args.engine, ml=args.with_ml, version=args.version)
+    inst = _installation(args)
     if args.nodes > 1:
         spec = _spec(args)
         started = time.monotonic()
@@ -194,6 +208,10 @@ def _with_ml(parser: argparse.ArgumentParser) -> None:
                         help="OpenSearch with ml-commons (about 500 MB more), so the cluster can "
                              "encode LightRetriever queries itself (lr models deploy); installed "
                              "beside the lean node, which stays as it is")
+    parser.add_argument("--with-plugin", action="store_true",
+                        help="OpenSearch with the LightRetriever plugin built from this "
+                             "checkout (POST /<index>/_lightretriever; docs/PLUGIN.md), beside "
+                             "the lean node, which stays as it is")
 
 
 def _where(parser: argparse.ArgumentParser, engine_default: str | None = None) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 
 from lr_opensearch import legs
 from lr_opensearch.bundle import Bundle
-from lr_opensearch.cluster import mlapi
 from lr_opensearch.cluster.export import (
     ModelZip,
     cluster_max_tokens,
@@ -30,6 +29,7 @@ from lr_opensearch.cluster.export import (
     export_sparse,
 )
 from lr_opensearch.cluster.lease import lease
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.adapter import DENSE_FIELD, DENSE_KIND, SPARSE_FIELD, SPARSE_KIND
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.engine.opensearch import pipeline_name
@@ -158,17 +158,17 @@ def _record(bundle: Bundle, instruction: str | None, max_tokens: int, sparse_min
 
 def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bundle) -> str:
     """Store the index's text-only calibrated query as a search template (the index is
-    calibrated first if it is not; :func:`lr_opensearch.engine.calibration.store_template`,
+    calibrated first if it is not; :func:`lr_opensearch.search.calibration.store_template`,
     which every later calibration of the index calls again). Returns the template id."""
-    from lr_opensearch.engine.calibration import (
+    from lr_opensearch.search.calibration import (
         CALIBRATION_KEY,
         Calibration,
         calibrate,
     )
-    from lr_opensearch.engine.calibration import store_template as store
+    from lr_opensearch.search.calibration import store_template as store
 
     adapter = make_adapter(client)
-    meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
+    meta = adapter.meta_value(index, CALIBRATION_KEY)
     calibration = (Calibration.from_meta(meta, index) if meta
                    else calibrate(adapter, index, bundle))
     return store(adapter, index, record, calibration)
@@ -177,12 +177,10 @@ def store_template(client: Any, index: str, record: dict[str, Any], bundle: Bund
 def _wire_index(client: Any, index: str, record: dict[str, Any], default_pipeline: bool) -> None:
     """The search pipeline, the record in the index's ``_meta.lightretriever`` (through the
     engine adapter, as every other ``_meta`` write) and, asked, the default pipeline."""
-    mlapi.request(client, "PUT", f"/_search/pipeline/{record['pipeline']}", pipeline_body(record),
-                  what=f"creating search pipeline {record['pipeline']}")
+    mlapi.call(f"creating search pipeline {record['pipeline']}", client.search_pipeline.put,
+               id=record["pipeline"], body=pipeline_body(record))
     adapter = make_adapter(client)
-    meta = dict(adapter.index_mapping(index).get("_meta", {}))
-    meta[META_KEY] = {**meta.get(META_KEY, {}), CLUSTER_KEY: record}
-    adapter.put_index_meta(index, meta)
+    adapter.update_meta(index, META_KEY, lambda old: {**(old or {}), CLUSTER_KEY: record})
     if default_pipeline:
         adapter.put_index_settings(index, {"search.default_pipeline": record["pipeline"]})
 

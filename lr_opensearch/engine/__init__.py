@@ -14,16 +14,14 @@ encoding.
   spellings of the sub-queries, of hybrid search and of administration).
 - ``factory``: ``make_adapter(client)`` and ``client_engine``, the one place that tells the
   engines apart by client.
-- ``calibration``: the legs' score scales per index (``fusion="calibrated"``).
 - ``seismic``: the sparse field's layouts.
-- ``scores``: the knn max-inner-product score transform and its inverse.
+- ``mlapi``: the ml-commons REST calls (chunked upload, deploy, wait, undeploy).
 - ``templates``: index bodies and hybrid search pipelines rendered from
   ``index_templates/``; the ``_meta`` bundle rule.
 
 Never imports torch or transformers.
 
-Importing this package imports none of its modules (the legs import ``scores`` from here,
-and the adapters import the legs): import each by name.
+Importing this package imports none of its modules: import each by name.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ DSL and the calls whose spelling differs between the two clients (``_send_msearc
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,8 @@ from lr_opensearch.engine.clauses import (
     filter_clauses,
     text_query_cut,
 )
+from lr_opensearch.engine.meta import meta_of
+from lr_opensearch.engine.meta import update as update_meta
 from lr_opensearch.engine.results import (
     DocRef,
     EngineResult,
@@ -92,13 +94,13 @@ class EngineAdapter:
         self._told_capped = False
 
     # ---- query clauses (the engine's DSL) ----------------------------------------------
-    def dense_query(self, vector: np.ndarray, *, k: int, filter: Filter = None,
+    def dense_query(self, vector: np.ndarray, *, knn_depth: int, filter: Filter = None,
                     ef_search: int | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
-                     k: int | None = None, seismic: Any = None) -> dict[str, Any]:
-        """The sparse dot product of ``sparse`` ({key: weight}); ``k`` (hits) and ``seismic``
+                     knn_depth: int | None = None, seismic: Any = None) -> dict[str, Any]:
+        """The sparse dot product of ``sparse`` ({key: weight}); ``knn_depth`` (hits) and ``seismic``
         (:class:`~lr_opensearch.engine.seismic.SeismicSearch`) serve an approximate layout."""
         raise NotImplementedError
 
@@ -326,7 +328,17 @@ class EngineAdapter:
 
     def index_meta(self, index: str) -> dict[str, Any]:
         """``_meta.lightretriever`` of an index ({} if the index has no such block)."""
-        return dict(self.index_mapping(index).get("_meta", {}).get(META_KEY, {}))
+        return dict(self.meta_value(index, META_KEY) or {})
+
+    def meta_value(self, index: str, key: str) -> Any:
+        """``_meta[key]`` of an index (None when absent)."""
+        return meta_of(self.index_mapping(index), key)
+
+    def update_meta(self, index: str, key: str, change: Callable[[Any], Any]) -> Any:
+        """Set ``_meta[key]`` to ``change(current value or None)`` (None: remove the key),
+        keeping every other key, also against a concurrent writer; returns the new value.
+        The one way ``_meta`` is changed (:func:`lr_opensearch.engine.meta.update`)."""
+        return update_meta(self, index, key, change)
 
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """Check that every concrete index behind ``index`` (one index, ``a,b``, an alias, a
@@ -345,7 +357,7 @@ class EngineAdapter:
         if not mappings:
             raise EngineError(f"no {self.engine} index matches {target!r}; create one with `lr "
                               f"index create --bundle BUNDLE --index NAME` or ingest into it")
-        found = {name: dict(mapping.get("_meta", {}).get(META_KEY, {}))
+        found = {name: dict(meta_of(mapping, META_KEY) or {})
                  for name, mapping in sorted(mappings.items())}
         ids = {str(meta.get("bundle_id")) for meta in found.values()}
         if len(found) > 1 and len(ids) > 1:
@@ -425,10 +437,18 @@ class EngineAdapter:
 
     def put_index_meta(self, index: str, meta: Mapping[str, Any]) -> None:
         """Replace the ``_meta`` object of the index mapping (the engines replace it whole:
-        pass every key to keep, ``lightretriever`` included)."""
+        pass every key to keep). Only :meth:`update_meta` calls it: change a key there."""
         self._admin(f"updating the _meta of index {index!r}", self._put_meta, index, dict(meta))
 
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _create_doc(self, index: str, doc_id: str, doc: dict[str, Any]) -> Any:
+        """Index ``doc`` as ``doc_id`` only if no such document exists (409 otherwise)."""
+        raise NotImplementedError
+
+    def _create_plain(self, index: str, settings: dict[str, Any]) -> Any:
+        """Create an index with only ``settings`` (dynamic mapping)."""
         raise NotImplementedError
 
     def put_search_template(self, name: str, source: str) -> None:

@@ -182,6 +182,8 @@ def _elasticsearch_client(c: Connection) -> Any:
 
 def _detect(client: Any, url: str) -> tuple[str, str]:
     try:
+        # raw REST: which engine answers is what this call finds out, and the two clients
+        # spell nodes.info differently; both transports take the same request
         resp = client.transport.perform_request(
             "GET", "/_nodes/_local",
             params={"filter_path": "nodes.*.version,nodes.*.build_flavor"})

@@ -156,15 +156,17 @@ class ElasticsearchAdapter(EngineAdapter):
         self._capabilities: ESCapabilities | None = None
 
     def dense_query(
-        self, vector: np.ndarray, *, k: int, filter: Filter = None, ef_search: int | None = None
+        self, vector: np.ndarray, *, knn_depth: int, filter: Filter = None,
+        ef_search: int | None = None
     ) -> dict[str, Any]:
-        """``knn`` query; ``ef_search`` maps to ``num_candidates`` (default 1.5 k)."""
-        candidates = ef_search if ef_search is not None else math.ceil(1.5 * k)
+        """``knn`` query of ``knn_depth`` neighbours (the engine's ``k``); ``ef_search`` maps
+        to ``num_candidates`` (default 1.5 x knn_depth)."""
+        candidates = ef_search if ef_search is not None else math.ceil(1.5 * knn_depth)
         knn: dict[str, Any] = {
             "field": self.dense_field,
             "query_vector": vector_list(vector),
-            "k": int(k),
-            "num_candidates": int(min(MAX_NUM_CANDIDATES, max(k, candidates))),
+            "k": int(knn_depth),
+            "num_candidates": int(min(MAX_NUM_CANDIDATES, max(knn_depth, candidates))),
         }
         clauses = filter_clauses(filter)
         if clauses:
@@ -172,9 +174,9 @@ class ElasticsearchAdapter(EngineAdapter):
         return {"knn": knn}
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
-                     k: int | None = None, seismic: Any = None) -> dict[str, Any]:
+                     knn_depth: int | None = None, seismic: Any = None) -> dict[str, Any]:
         """``term`` clauses on a ``sparse_vector`` field (or ``rank_feature`` clauses); an
-        exact dot product (``k`` and the SEISMIC knobs are OpenSearch's: unused)."""
+        exact dot product (``knn_depth`` and the SEISMIC knobs are OpenSearch's: unused)."""
         if self.sparse_type == "rank_features":
             should = rank_feature_clauses(sparse, self.sparse_field)
         else:
@@ -264,6 +266,12 @@ class ElasticsearchAdapter(EngineAdapter):
 
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, meta=meta)
+
+    def _create_doc(self, index: str, doc_id: str, doc: dict[str, Any]) -> Any:
+        return self.client.create(index=index, id=doc_id, document=doc)
+
+    def _create_plain(self, index: str, settings: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, settings=settings)
 
     def check_bundle(self, index: str, bundle: Bundle) -> dict[str, Any]:
         """The bundle check of every engine (every concrete index behind ``index``), then

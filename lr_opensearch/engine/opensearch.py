@@ -40,6 +40,7 @@ from lr_opensearch.engine.clauses import (
     rank_feature_clauses,
     vector_list,
 )
+from lr_opensearch.engine.meta import meta_of
 from lr_opensearch.engine.results import EngineResult, refusal
 from lr_opensearch.engine.seismic import (
     COMPANION_FORMAT,
@@ -99,10 +100,12 @@ class OpenSearchAdapter(EngineAdapter):
 
     # ---- query clauses -------------------------------------------------------------
     def dense_query(
-        self, vector: np.ndarray, *, k: int, filter: Filter = None, ef_search: int | None = None
+        self, vector: np.ndarray, *, knn_depth: int, filter: Filter = None,
+        ef_search: int | None = None
     ) -> dict[str, Any]:
-        """``knn`` clause with efficient filtering. vector: [served_dim]."""
-        knn: dict[str, Any] = {"vector": vector_list(vector), "k": int(k)}
+        """``knn`` clause with efficient filtering, ``knn_depth`` neighbours (the engine's
+        ``k``). vector: [served_dim]."""
+        knn: dict[str, Any] = {"vector": vector_list(vector), "k": int(knn_depth)}
         flt = one_filter(filter_clauses(filter))
         if flt is not None:
             knn["filter"] = flt
@@ -112,12 +115,13 @@ class OpenSearchAdapter(EngineAdapter):
         return {"knn": {self.dense_field: knn}}
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Filter = None,
-                     k: int | None = None, seismic: SeismicSearch | None = None) -> dict[str, Any]:
+                     knn_depth: int | None = None,
+                     seismic: SeismicSearch | None = None) -> dict[str, Any]:
         """``bool.should`` of linear ``rank_feature`` clauses (match_none if no key); on the
-        ``sparse_vector`` layout ``neural_sparse`` by token id, ``k`` hits (default 10),
-        with the ``seismic`` knobs."""
+        ``sparse_vector`` layout ``neural_sparse`` by token id, ``knn_depth`` hits (default
+        10), with the ``seismic`` knobs."""
         if self.sparse_layout == SPARSE_VECTOR:
-            return seismic_query(self.sparse_field, sparse, self._token_ids, k=k or 10,
+            return seismic_query(self.sparse_field, sparse, self._token_ids, k=knn_depth or 10,
                                  knobs=seismic or SeismicSearch(),
                                  filter=one_filter(filter_clauses(filter)))
         should = rank_feature_clauses(sparse, self.sparse_field)
@@ -129,11 +133,12 @@ class OpenSearchAdapter(EngineAdapter):
             query["bool"]["filter"] = clauses
         return query
 
-    def neural_query(self, text: str, *, model_id: str | None, k: int, filter: Filter = None,
-                     ef_search: int | None = None) -> dict[str, Any]:
+    def neural_query(self, text: str, *, model_id: str | None, knn_depth: int,
+                     filter: Filter = None, ef_search: int | None = None) -> dict[str, Any]:
         """``neural`` on the dense field: the cluster's model embeds ``text`` (model_id None:
-        the search pipeline's enricher names it); the same ``k`` and filter as :meth:`dense_query`."""
-        neural: dict[str, Any] = {"query_text": text, "k": int(k)}
+        the search pipeline's enricher names it); the same ``knn_depth`` and filter as
+        :meth:`dense_query`."""
+        neural: dict[str, Any] = {"query_text": text, "k": int(knn_depth)}
         if model_id is not None:
             neural["model_id"] = model_id
         flt = one_filter(filter_clauses(filter))
@@ -290,7 +295,7 @@ class OpenSearchAdapter(EngineAdapter):
         ``sparse_vector`` layout searches its companion index by token id (one index)."""
         mappings = self.index_mappings(index)  # one read for both checks
         meta = self._check_mappings(index, mappings, bundle)
-        metas = {name: mapping.get("_meta", {}).get(META_KEY, {})
+        metas = {name: meta_of(mapping, META_KEY) or {}
                  for name, mapping in mappings.items()}
         companions = sorted(name for name, m in metas.items() if m.get("format") == COMPANION_FORMAT)
         if companions:
@@ -379,6 +384,12 @@ class OpenSearchAdapter(EngineAdapter):
 
     def _put_meta(self, index: str, meta: dict[str, Any]) -> Any:
         return self.client.indices.put_mapping(index=index, body={"_meta": meta})
+
+    def _create_doc(self, index: str, doc_id: str, doc: dict[str, Any]) -> Any:
+        return self.client.create(index=index, id=doc_id, body=doc)
+
+    def _create_plain(self, index: str, settings: dict[str, Any]) -> Any:
+        return self.client.indices.create(index=index, body={"settings": settings})
 
     def bulk(self, actions: Sequence[Mapping[str, Any]], *,
              max_chunk_bytes: int) -> list[tuple[bool, dict[str, Any]]]:

@@ -16,9 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch import __version__
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.options import COMBINATIONS, KNN_ENGINES, NORMALIZATIONS, choice
+from lr_opensearch.version import __version__
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle

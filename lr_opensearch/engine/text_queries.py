@@ -16,7 +16,7 @@ pipeline ranks as the client path does. ``model_ids=False`` leaves the ids out: 
 pipeline (``neural_query_enricher``) then supplies them, which is what a curl user sends.
 
 They are OpenSearch bodies, so they live in the engine room: the calibration
-(:func:`lr_opensearch.engine.calibration.record_calibration`) renders the stored template
+(:func:`lr_opensearch.search.calibration.record_calibration`) renders the stored template
 again whenever it writes new scales; the cluster room deploys the models they name.
 """
 
@@ -73,7 +73,7 @@ def template_id(index: str) -> str:
 
 
 def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], *,
-                        k: int, size: int = 10,
+                        knn_depth: int, size: int = 10,
                         text_fields: tuple[str, ...] | None = None) -> str:
     """The mustache source of the text-only one query (``fusion="calibrated"``): the
     record's legs as ``neural`` / ``neural_sparse`` / ``match`` clauses boosted by
@@ -83,7 +83,8 @@ def calibrated_template(record: Mapping[str, Any], boosts: Mapping[str, float], 
     ...}}`` runs it."""
     adapter = OpenSearchAdapter(None)
     subs = text_sub_queries(record, _SLOT, record["legs"],
-                            LegContext(k=k, text_fields=text_fields), adapter=adapter)
+                            LegContext(knn_depth=knn_depth, text_fields=text_fields),
+                            adapter=adapter)
     body = adapter.calibrated_body(subs, [boosts[name] for name in record["legs"]], size=size,
                                    source={"excludes": [record["dense_field"],
                                                         record["sparse_field"]]})

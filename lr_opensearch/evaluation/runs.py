@@ -161,11 +161,11 @@ def _refuse_foreign(dataset: Dataset, bundle: Bundle, index: str, count: int,
 def ensure_calibrated(client: Any, bundle: Bundle, index: str) -> None:
     """Calibrate ``index`` if its ``_meta`` holds no calibration (an index ingested before
     calibrations existed)."""
-    from lr_opensearch.engine.calibration import CALIBRATION_KEY, calibrate
     from lr_opensearch.engine.factory import make_adapter
+    from lr_opensearch.search.calibration import CALIBRATION_KEY, calibrate
 
     adapter = make_adapter(client)
-    if not adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY):
+    if not adapter.meta_value(index, CALIBRATION_KEY):
         calibrate(adapter, index, bundle)
 
 

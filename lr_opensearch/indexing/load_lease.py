@@ -16,8 +16,10 @@ original instead. A run that died without leaving (SIGKILL, power loss) stays in
 record: on this machine a dead process is noticed and dropped by the next run that leaves;
 its own rerun (same run id) takes its place and leaves as usual.
 
-Runs on one machine that share a state directory update the record under a file lock;
-runs on different machines could only race if they start within the same instant.
+Runs on one machine that share a state directory join and leave under a file lock (the
+record and the settings change together); every change of the record is one
+``EngineAdapter.update_meta`` of its key, so other ``_meta`` keys written at the same time
+(a calibration, the corpora, in-cluster models) are kept.
 """
 
 from __future__ import annotations
@@ -70,22 +72,6 @@ def _locked(state_dir: Path, index: str) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def _meta(adapter: EngineAdapter, index: str) -> dict[str, Any]:
-    return dict(adapter.index_mapping(index).get("_meta", {}))
-
-
-@contextlib.contextmanager
-def locked_meta(adapter: EngineAdapter, index: str, state_dir: Path) -> Iterator[dict[str, Any]]:
-    """The index's ``_meta`` to change in place, written back (if changed) under the lock
-    that serialises this machine's ``_meta`` updates."""
-    with _locked(state_dir, index):
-        meta = _meta(adapter, index)
-        before = repr(meta)
-        yield meta
-        if repr(meta) != before:
-            adapter.put_index_meta(index, meta)
-
-
 def join_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path, *,
               fallback: dict[str, Any] | None = None) -> dict[str, Any]:
     """Enter this run in the record (creating it with the current settings if no run is
@@ -94,13 +80,14 @@ def join_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path, 
     ``fallback``: original settings an older version kept in the run's checkpoint, used
     when the index has no record (a run of that version died mid-load).
     """
-    with _locked(state_dir, index):
-        meta = _meta(adapter, index)
-        record = meta.get(LOAD_KEY)
+    def enter(record: Any) -> dict[str, Any]:
         if not isinstance(record, dict):
             record = {"original": _original(adapter, index, fallback), "runs": {}}
         record["runs"][run_id] = {"host": _host(), "pid": os.getpid(), "since": time.time()}
-        adapter.put_index_meta(index, {**meta, LOAD_KEY: record})
+        return record
+
+    with _locked(state_dir, index):
+        record = adapter.update_meta(index, LOAD_KEY, enter)
         others = sorted(set(record["runs"]) - {run_id})
         apply_load_settings(adapter, index)
     if others:
@@ -121,15 +108,9 @@ def leave_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path,
                wanted: BulkSettings) -> bool:
     """Take this run out of the record; the last run out restores the original settings
     (or ``wanted``'s values) and removes the record. Returns True if it restored them."""
-    with _locked(state_dir, index):
-        meta = _meta(adapter, index)
-        record = meta.get(LOAD_KEY)
-        if not isinstance(record, dict):  # removed by hand: nothing known to restore
-            logger.warning("index %s: its record of the settings before the load is gone "
-                           "(_meta.%s); leaving the settings as they are", index, LOAD_KEY)
-            if wanted.refresh_interval is not None or wanted.replicas is not None:
-                restore_settings(adapter, index, current_settings(adapter, index), wanted)
-            return False
+    def leave(record: Any) -> Any:
+        if not isinstance(record, dict):
+            return record
         runs: dict[str, Any] = dict(record.get("runs", {}))
         runs.pop(run_id, None)
         _drop_dead_runs(index, runs)
@@ -138,13 +119,24 @@ def leave_load(adapter: EngineAdapter, index: str, run_id: str, state_dir: Path,
             original["refresh_interval"] = wanted.refresh_interval
         if wanted.replicas is not None:
             original["number_of_replicas"] = wanted.replicas
-        if runs:
-            adapter.put_index_meta(index, {**meta, LOAD_KEY: {"original": original, "runs": runs}})
-            _still_loading(index, runs, original)
+        return {"original": original, "runs": runs}
+
+    with _locked(state_dir, index):
+        record = adapter.update_meta(index, LOAD_KEY, leave)
+        if not isinstance(record, dict):  # removed by hand: nothing known to restore
+            logger.warning("index %s: its record of the settings before the load is gone "
+                           "(_meta.%s); leaving the settings as they are", index, LOAD_KEY)
+            if wanted.refresh_interval is not None or wanted.replicas is not None:
+                restore_settings(adapter, index, current_settings(adapter, index), wanted)
             return False
-        restore_settings(adapter, index, original, BulkSettings())
-        meta.pop(LOAD_KEY, None)
-        adapter.put_index_meta(index, meta)
+        if record["runs"]:
+            _still_loading(index, record["runs"], record["original"])
+            return False
+        # the settings first, then the record: a run that dies between leaves the record,
+        # so the next one still knows the original
+        restore_settings(adapter, index, record["original"], BulkSettings())
+        adapter.update_meta(index, LOAD_KEY, lambda now: now if isinstance(now, dict)
+                            and now.get("runs") else None)
         return True
 
 

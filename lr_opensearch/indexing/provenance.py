@@ -12,13 +12,10 @@ how a user asks for a second corpus in it.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.bundle.pseudo import file_facts, fitted_on
 from lr_opensearch.errors import ConfigError
-
-from .load_lease import locked_meta
+from lr_opensearch.fit.pseudo import file_facts, fitted_on
 
 if TYPE_CHECKING:
     from lr_opensearch.engine.adapter import EngineAdapter
@@ -30,8 +27,8 @@ logger = logging.getLogger(__name__)
 CORPORA_KEY = "lightretriever_corpora"  # beside _meta.lightretriever
 
 
-def recorded_corpora(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    found = meta.get(CORPORA_KEY)
+def recorded_corpora(found: Any) -> list[dict[str, Any]]:
+    """The corpora ``_meta.lightretriever_corpora`` (``found``) lists."""
     return [dict(c) for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
 
@@ -44,8 +41,7 @@ def check_default_target(adapter: EngineAdapter, config: IngestConfig) -> None:
     """
     if config.index_named or config.is_stdin or not adapter.index_exists(config.index):
         return
-    meta = dict(adapter.index_mapping(config.index).get("_meta", {}))
-    corpora = recorded_corpora(meta)
+    corpora = recorded_corpora(adapter.meta_value(config.index, CORPORA_KEY))
     if not corpora or fitted_on({"corpora": corpora}, config.corpus):
         return
     held = ", ".join(str(c.get("path", c.get("name"))) for c in corpora)
@@ -56,13 +52,16 @@ def check_default_target(adapter: EngineAdapter, config: IngestConfig) -> None:
 
 
 def record_corpus(adapter: EngineAdapter, config: IngestConfig) -> None:
-    """Add this run's corpus file to the index's record (once; under the state directory's
-    lock that the bulk-load record uses, as both rewrite ``_meta``)."""
+    """Add this run's corpus file to the index's record (once; one ``update_meta`` of its
+    key, so the other ``_meta`` keys written meanwhile are kept)."""
     if config.is_stdin:
         return
-    with locked_meta(adapter, config.index, Path(config.state_dir)) as meta:
-        corpora = recorded_corpora(meta)
+
+    def add(found: Any) -> Any:
+        corpora = recorded_corpora(found)
         if corpora and fitted_on({"corpora": corpora}, config.corpus):
-            return
-        meta[CORPORA_KEY] = [*corpora, file_facts(config.corpus)]
+            return found
+        return [*corpora, file_facts(config.corpus)]
+
+    adapter.update_meta(config.index, CORPORA_KEY, add)
     logger.debug("index %s: corpus %s recorded", config.index, config.corpus)

@@ -161,7 +161,7 @@ def resumable(config: IngestConfig) -> Iterator[None]:
 
 def _fit_hint(bundle: Bundle, config: IngestConfig) -> None:
     """One hint when the bundle's query tables were fitted to other corpora than this one."""
-    from lr_opensearch.bundle.pseudo import fitted_on
+    from lr_opensearch.fit.pseudo import fitted_on
 
     corpus = config.corpus
     if bundle.fit and not config.is_stdin and Path(corpus).is_file() and not fitted_on(bundle.fit, corpus):
@@ -235,7 +235,7 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
 def _calibrate(adapter: EngineAdapter, config: IngestConfig, bundle: Bundle) -> None:
     """Measure the legs' score scales on the loaded index (``fusion="calibrated"``); with
     several workers each is one of many writers, so none calibrates (it is said once)."""
-    from lr_opensearch.engine.calibration import calibrate
+    from lr_opensearch.search.calibration import calibrate
 
     if config.workers > 1:
         logger.info("%d workers: calibrate the index once all are done: lr index calibrate "

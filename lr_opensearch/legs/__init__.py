@@ -10,8 +10,10 @@
 - ``weights``: :func:`validate_weights`, :func:`parse_weights`, :func:`default_weights`,
   :func:`weights_of` (weights as any version wrote them).
 - ``fusion_config``: :class:`FusionConfig` / :func:`fusion_config`.
+- ``scores``: the engines' max-inner-product knn score and its inverse (how the dense
+  legs read their score).
 
-Never imports torch, transformers, the engine adapters or the search package.
+Never imports torch, transformers, the engine room or the search package.
 """
 
 from __future__ import annotations

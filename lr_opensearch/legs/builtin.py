@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lr_opensearch.engine.scores import inner_product_from_score, score_from_inner_product
 from lr_opensearch.legs.leg import (
     FULL_QUERY_VECTOR,
     QUERY_TEXT,
@@ -24,11 +23,12 @@ from lr_opensearch.legs.leg import (
     LegContext,
     SubQueryBuilder,
 )
+from lr_opensearch.legs.scores import inner_product_from_score, score_from_inner_product
 
 
 def knn_sub_query(adapter: SubQueryBuilder, vector: Any, ctx: LegContext) -> dict[str, Any]:
     """A knn sub-query on the dense field (any leg that searches with a query vector)."""
-    return adapter.dense_query(vector, k=ctx.k, filter=ctx.filter, ef_search=ctx.ef_search)
+    return adapter.dense_query(vector, knn_depth=ctx.knn_depth, filter=ctx.filter, ef_search=ctx.ef_search)
 
 
 def heaviest(weights: Mapping[str, float], n: int | None) -> Mapping[str, float]:
@@ -41,7 +41,7 @@ def heaviest(weights: Mapping[str, float], n: int | None) -> Mapping[str, float]
 
 def _sparse(adapter: SubQueryBuilder, weights: Any, ctx: LegContext) -> dict[str, Any]:
     return adapter.sparse_query(heaviest(weights, ctx.sparse_tokens), filter=ctx.filter,
-                                k=ctx.k, seismic=ctx.seismic)
+                                knn_depth=ctx.knn_depth, seismic=ctx.seismic)
 
 
 def _text(adapter: SubQueryBuilder, text: Any, ctx: LegContext) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def _text(adapter: SubQueryBuilder, text: Any, ctx: LegContext) -> dict[str, Any
 
 def _neural(adapter: ClusterSubQueryBuilder, text: str, ctx: LegContext,
             model_id: str | None) -> dict[str, Any]:
-    return adapter.neural_query(text, model_id=model_id, k=ctx.k, filter=ctx.filter,
+    return adapter.neural_query(text, model_id=model_id, knn_depth=ctx.knn_depth, filter=ctx.filter,
                                 ef_search=ctx.ef_search)
 
 

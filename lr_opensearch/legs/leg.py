@@ -20,11 +20,11 @@ HYBRID = "hybrid"  #: the search mode that fuses the legs (the others search one
 class SubQueryBuilder(Protocol):
     """The engine adapter methods a leg's ``sub_query`` may call (see ``EngineAdapter``)."""
 
-    def dense_query(self, vector: Any, *, k: int, filter: Any = None,
+    def dense_query(self, vector: Any, *, knn_depth: int, filter: Any = None,
                     ef_search: int | None = None) -> dict[str, Any]: ...
 
     def sparse_query(self, sparse: Mapping[str, float], *, filter: Any = None,
-                     k: int | None = None, seismic: Any = None) -> dict[str, Any]: ...
+                     knn_depth: int | None = None, seismic: Any = None) -> dict[str, Any]: ...
 
     def text_query(self, text: str, *, filter: Any = None,
                    fields: tuple[str, ...] | None = None) -> dict[str, Any]: ...
@@ -33,7 +33,8 @@ class SubQueryBuilder(Protocol):
 class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
     """An adapter of a cluster that encodes queries itself (OpenSearch with ml-commons)."""
 
-    def neural_query(self, text: str, *, model_id: str | None, k: int, filter: Any = None,
+    def neural_query(self, text: str, *, model_id: str | None, knn_depth: int,
+                     filter: Any = None,
                      ef_search: int | None = None) -> dict[str, Any]: ...
 
     def neural_sparse_query(self, text: str, *, model_id: str | None,
@@ -42,14 +43,16 @@ class ClusterSubQueryBuilder(SubQueryBuilder, Protocol):
 
 @dataclass(frozen=True)
 class LegContext:
-    """What a sub-query needs besides the query's input: knn ``k`` (the candidates), the
+    """What a sub-query needs besides the query's input: ``knn_depth`` (the nearest
+    neighbours a knn, or an approximate sparse search, collects: the engines' knn ``k``; a
+    search's ``k`` is its page size, :class:`~lr_opensearch.search.request.SearchOptions`), the
     caller's filter, HNSW ``ef_search``, the SEISMIC knobs of an index whose sparse field
     has the ``sparse_vector`` layout (``lr_opensearch.engine.seismic.SeismicSearch``), and
     the query's shape: ``sparse_tokens`` (send only the query's that many heaviest sparse
     tokens; None: all) and ``text_fields`` (the fields BM25 searches; None: title and
     text). Fewer clauses let the engine skip more (the ``calibrated`` fusion's shape)."""
 
-    k: int
+    knn_depth: int
     filter: Any = None
     ef_search: int | None = None
     seismic: Any = None

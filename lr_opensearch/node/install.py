@@ -180,7 +180,8 @@ def _unpack_distribution(zip_path: Path, dest: Path, engine: Engine) -> Path:
     return tops[0]
 
 
-def _install_plugin(home: Path, plugin_zip: Path, java: JavaHome, engine: Engine) -> None:
+def install_plugin(home: Path, plugin_zip: Path, java: JavaHome, engine: Engine) -> None:
+    """Install ``plugin_zip`` into the engine ``home`` with its own ``bin/<engine>-plugin``."""
     env = dict(os.environ, JAVA_HOME=str(java.path))
     env[f"{engine.env_prefix}JAVA_HOME"] = str(java.path)
     env.pop(f"{engine.env_prefix}JAVA_OPTS", None)
@@ -342,7 +343,7 @@ def install(cache: Path | str | None = None, *, engine: str | None = None,
             _write_modules(top, lock, paths)
             for plugin in lock.plugins:
                 logger.info("installing plugin %s", plugin.coordinates)
-                _install_plugin(top, paths[plugin.coordinates], java, kind)
+                install_plugin(top, paths[plugin.coordinates], java, kind)
             _extract_natives(top, lock, paths)
             (top / MARKER).write_text(json.dumps({
                 "lock_digest": lock.digest, "engine": kind.name, "version": lock.version,

@@ -1,5 +1,5 @@
 """The ``calibrated`` fusion path: the hybrid as one ``bool`` query, each leg's clause boosted
-by weight / the leg's scale (:mod:`lr_opensearch.engine.calibration`, measured on the index),
+by weight / the leg's scale (:mod:`lr_opensearch.search.calibration`, measured on the index),
 ``size`` = the page: no candidates, no pipeline; ``explain`` sends each leg's clause again,
 restricted to the page's documents, for its part of the sum.
 """
@@ -29,7 +29,7 @@ class OneQuery:
         """Per searched leg, its clause's boost in the ``calibrated`` one query: weight /
         the leg's scale, from the index's calibration (read once per retriever)."""
         if self._calibration is None:
-            from lr_opensearch.engine.calibration import read_calibration
+            from lr_opensearch.search.calibration import read_calibration
 
             self._calibration = read_calibration(self.adapter, self.index)
         return self._calibration.boosts(req.config.weights, self.shape(req),

@@ -2,7 +2,7 @@
 a sparse score.
 
 Each leg's score reads as its :class:`~lr_opensearch.legs.Leg` says (the dense leg's knn
-score is turned back into the inner product, :mod:`lr_opensearch.engine.scores`). The sparse score of a ``bool.should`` of
+score is turned back into the inner product, :mod:`lr_opensearch.legs.scores`). The sparse score of a ``bool.should`` of
 ``rank_feature`` (linear, boost = query count) clauses is ``sum(count * doc_weight)``
 over the shared keys; :func:`token_contributions` rebuilds that sum per token from the
 document's stored ``lr_sparse`` map (exact values; the engine scores with values rounded

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lr_opensearch import legs
-from lr_opensearch.engine.calibration import Shape
 from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.seismic import SeismicSearch
 from lr_opensearch.errors import ConfigError
@@ -31,6 +30,7 @@ from lr_opensearch.options import (
     SEMANTICS,
     choice,
 )
+from lr_opensearch.search.calibration import Shape
 
 EXPLAIN_TOP_TOKENS = 5
 
@@ -53,7 +53,7 @@ class SearchOptions:
             engine's hybrid query cannot skip: see ``options.CLIENT_FUSION_MIN_DOCS``),
             ``server``, ``client``, or ``calibrated``: one ``bool`` query of the legs'
             clauses boosted by weight / the leg's scale measured on the index (``lr index
-            calibrate``; :mod:`lr_opensearch.engine.calibration`), ``k`` hits, no
+            calibrate``; :mod:`lr_opensearch.search.calibration`), ``k`` hits, no
             normalisation; the dense leg's knn ``k`` is ``candidates``.
         sparse_tokens / text_fields: the query's shape: send the sparse leg only the query's
             that many heaviest tokens (0: all) and search BM25 on these text fields; None:
@@ -214,6 +214,12 @@ class SearchRequest:
             self.options.candidates, self.page_end)
 
     @property
+    def knn_depth(self) -> int:
+        """The neighbours a knn (and the approximate sparse search) collects, on every path:
+        :func:`knn_depth` of the candidates and the page's end."""
+        return knn_depth(self.options.candidates, self.page_end)
+
+    @property
     def shape(self) -> Shape:
         return self.options.shape(self.path)
 
@@ -221,6 +227,12 @@ class SearchRequest:
     def legs(self) -> tuple[str, ...]:
         """The legs searched, in sub-query order."""
         return self.config.legs if self.mode == legs.HYBRID else (self.mode,)
+
+
+def knn_depth(candidates: int, page_end: int) -> int:
+    """The knn depth (the engines' knn ``k``) of a search: the candidates, and at least the
+    page's end (the hits a request returns cannot be more than the knn found)."""
+    return max(candidates, page_end)
 
 
 def engine_timeout(timeout: float | str | None) -> str | None:

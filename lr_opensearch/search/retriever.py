@@ -8,8 +8,10 @@ the ``linear`` / ``rrf`` retrievers, semantics ``linear``, Enterprise or trial l
 otherwise every sub-query goes out in one ``_msearch`` and :mod:`lr_opensearch.search.fusion`
 fuses them, with one log line saying why. ``fusion="server"|"client"`` forces a path.
 
-Every sub-query retrieves ``per_leg = max(candidates, from_ + k)`` hits (knn ``k`` = per_leg),
-the fused list is cut to ``[from_, page_end)`` with ``page_end = from_ + k``; server and client paths see the same lists.
+A page is ``k`` hits from ``from_``: the fused list is cut to ``[from_, page_end)`` with
+``page_end = from_ + k``. When fusing, every sub-query retrieves ``per_leg = max(candidates,
+page_end)`` hits; a knn collects ``knn_depth = max(candidates, page_end)`` neighbours on
+every path (``SearchRequest``); server and client paths see the same lists.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class Retriever:
         self.rerank = as_stage(rerank, self.options.rerank_depth, self.options.rerank_budget_s)
         meta = self.adapter.check_bundle(index, bundle) if check_bundle else None
         if self.encode == "cluster":  # the same _meta read serves both (one mapping read)
-            from lr_opensearch.cluster.requests import serving_record
+            from lr_opensearch.search.incluster import serving_record
 
             self.cluster = serving_record(self.adapter, index, meta)
         self.one_query = OneQuery(self.adapter, self.index, in_cluster=self.cluster is not None)
@@ -181,7 +183,7 @@ class Retriever:
         return self._first_stage(texts, opts)
 
     def _first_stage(self, texts: list[str], opts: SearchOptions) -> list[list[Hit]]:
-        req = self._request(opts)
+        req = self.request(opts)
         return self._search(self.inputs(texts, req.legs, opts.instruction), req, len(texts))
 
     def inputs(self, texts: Sequence[str], legs: Sequence[str],
@@ -227,7 +229,7 @@ class Retriever:
         for name, value in ((QUERY_VECTOR, dense), (TOKEN_WEIGHTS, sparse), (QUERY_TEXT, texts)):
             if value is not None:
                 given[name] = value
-        req = self._request(self.options.replace(k=k, **overrides))
+        req = self.request(self.options.replace(k=k, **overrides))
         for name in req.legs:
             leg = leg_registry.get(name)
             if given.get(leg.input) is None:
@@ -237,7 +239,7 @@ class Retriever:
         return self._search(given, req, n) if n else []
 
     def _search(self, inputs: Mapping[str, Any], req: SearchRequest, n: int) -> list[list[Hit]]:
-        sub = self._sub_queries(inputs, req, n)
+        sub = self.sub_queries(inputs, req, n)
         sparse = inputs.get(TOKEN_WEIGHTS)
         if req.path == "server":
             return self._run_server(sub, sparse, req)
@@ -269,7 +271,7 @@ class Retriever:
             self._shards = int(self.adapter.index_settings(self.index)["number_of_shards"])
         return self._shards
 
-    def _shard_ids(self, req: SearchRequest) -> list[int | None]:
+    def shard_ids(self, req: SearchRequest) -> list[int | None]:
         """The shards each leg of client fusion is searched on one by one ([None]: the
         whole index at once): all primaries with the ``opensearch`` semantics on a
         multi-shard OpenSearch index (see :meth:`_search_legs`)."""
@@ -306,7 +308,7 @@ class Retriever:
         fusion ranks as the server does. Otherwise each leg is one search over the index
         (the global best ``size``).
         """
-        shard_ids = self._shard_ids(req)
+        shard_ids = self.shard_ids(req)
         bodies, prefs = [], []
         for pair in sub:
             for q in pair:
@@ -332,7 +334,7 @@ class Retriever:
         return fusion_config(opts.weights, opts.semantics, opts.normalization,
                              opts.combination, opts.rank_constant)
 
-    def _request(self, opts: SearchOptions) -> SearchRequest:
+    def request(self, opts: SearchOptions) -> SearchRequest:
         """The options resolved once: fusion config, path, source selection."""
         config = self.defaults
         if (opts.weights, opts.semantics, opts.normalization, opts.combination,
@@ -391,11 +393,11 @@ class Retriever:
         fetch phase costs several times the search (measured: 143 vs 30 ms a search)."""
         return req.source is not False and req.path != "single" and req.per_leg > req.page_end
 
-    def _sub_queries(self, inputs: Mapping[str, Any], req: SearchRequest,
+    def sub_queries(self, inputs: Mapping[str, Any], req: SearchRequest,
                      n: int) -> list[SubQueries]:
         """Per query, one sub-query per leg in ``req.legs`` order, each built as its leg
         says from its input."""
-        ctx = req.shape.context(max(req.options.candidates, req.page_end), filter=req.filter,
+        ctx = req.shape.context(req.knn_depth, filter=req.filter,
                                 ef_search=req.options.ef_search, seismic=req.options.seismic)
         if self.cluster is not None:
             from lr_opensearch.engine.text_queries import text_sub_queries

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lr_opensearch import __version__
 from lr_opensearch.bundle.files import (
     atomic_dir,
     check_listed_files,
@@ -47,6 +46,7 @@ from lr_opensearch.bundle.files import (
 from lr_opensearch.bundle.format import TOKENIZER_FILE
 from lr_opensearch.errors import BundleError
 from lr_opensearch.options import choice
+from lr_opensearch.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lr_opensearch.engine.factory import make_adapter
-from lr_opensearch.engine.scores import inner_product_from_score
 from lr_opensearch.errors import BundleMismatchError, ConfigError
+from lr_opensearch.legs.scores import inner_product_from_score
 from lr_opensearch.options import DEFAULT_RERANK_DEPTH
 from lr_opensearch.search.hits import Hit
 
@@ -186,7 +186,7 @@ class XTRRetriever:
 
     def token_body(self, vector: np.ndarray) -> dict[str, Any]:
         """One query token's search: the top ``k_prime`` token documents, ids only."""
-        query = self.adapter.dense_query(vector, k=self.k_prime, ef_search=self.ef_search)
+        query = self.adapter.dense_query(vector, knn_depth=self.k_prime, ef_search=self.ef_search)
         return self.adapter.body(query, size=self.k_prime, source=False)
 
     def retrieve(self, queries: Sequence[np.ndarray]) -> list[list[list[tuple[str, float]]]]:

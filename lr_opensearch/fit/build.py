@@ -8,13 +8,14 @@ writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` 
 
 With fit corpora (``lr bundle build --fit-corpus``), the tables are then fitted so that the
 mean of a query's rows approximates the full model's embedding of the query, and IDF
-sparse query weights are computed (``lr_opensearch.bundle.fit``); the targets come from
+sparse query weights are computed (``lr_opensearch.fit.tables``); the targets come from
 the model's own document forward through ``DocEncoder``, exactly as the ``full-dense``
 evaluation run encodes a query.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -22,14 +23,15 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
-from lr_opensearch.bundle.fit import FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -40,6 +42,53 @@ logger = logging.getLogger(__name__)
 DEFAULT_INSTRUCTIONS: Mapping[str, str] = {"default": ""}
 #: part of every table cache key: raise it when the table's computation changes
 TABLE_CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BackboneSettings:
+    """How a checkpoint is read (``build_bundle``); None: the checkpoint's own.
+
+    Attributes:
+        pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
+            "last" (decoders) / "cls" (encoders).
+        normalize: L2-normalise dense vectors; default from sentence-transformers files.
+        sparse_head: "lm" | "mlm" | "tied"; default the best head the checkpoint has.
+        device: the torch device of the table's and the fit's forwards (``cpu``, ``cuda``,
+            ``cuda:1``); default the GPU if there is one, else the CPU, as ingest's
+            ``DocEncoder`` (``model.doc_encoder.default_device``). The saved files do not
+            depend on it beyond float rounding.
+    """
+
+    pooling: str | None = None
+    normalize: bool | None = None
+    sparse_head: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What a bundle serves and how its query tables are computed (both builders).
+
+    Attributes:
+        instructions: name -> instruction text; default the query prompt the model's
+            sentence-transformers files record (bge-small's "Represent this sentence for
+            searching relevant passages: ", e5-small's "query: "), else ``{"default": ""}``.
+        max_length: doc encoder max tokens; default sentence-transformers' or
+            min(512, the position limit) (``build_bundle``), 512 (``build_bundle_from_model``).
+        served_dim: leading dense dims served (Matryoshka); default all.
+        batch_size: table rows per forward pass.
+        cache_key: ``model_files_key`` of the directory the model was loaded from: the
+            unfitted tables go through the table cache (none for a model in training).
+        source_dir: that directory: the fit may then run the model on ONNX Runtime
+            (``FitRecipe.runtime``); a model in training is fitted on torch.
+    """
+
+    instructions: Mapping[str, str] | None = None
+    max_length: int | None = None
+    served_dim: int | None = None
+    batch_size: int = 256
+    cache_key: str | None = field(default=None, repr=False)
+    source_dir: Path | None = field(default=None, repr=False)
 
 
 def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
@@ -58,17 +107,11 @@ def build_bundle(
     model_dir: str | Path | None,
     out_dir: str | Path,
     *,
-    instructions: Mapping[str, str] | None = None,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    sparse_head: str | None = None,
-    max_length: int | None = None,
-    served_dim: int | None = None,
-    batch_size: int = 256,
+    backbone: BackboneSettings | None = None,
+    tables: TableSettings | None = None,
+    fit: FitRecipe | None = None,
     overwrite: bool = False,
     progress: bool = True,
-    fit: FitRecipe | None = None,
-    device: str | None = None,
     **config_fields: Any,
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
@@ -79,27 +122,15 @@ def build_bundle(
             ``packaged:e5-small``: see ``packaged.resolve_model``); None = the packaged
             all-MiniLM-L6-v2 (mean pooling + L2 normalisation, as it was trained).
         out_dir: the bundle directory to write.
-        instructions: name -> instruction text; default the query prompt the model's
-            sentence-transformers files record (bge-small's "Represent this sentence for
-            searching relevant passages: ", e5-small's "query: "), else ``{"default": ""}``.
-            The document prompt they record (e5's "passage: ") becomes the bundle's
-            ``document_prompt``.
-        pooling: "cls" | "mean" | "last"; default from sentence-transformers files, else
-            "last" (decoders) / "cls" (encoders).
-        normalize: L2-normalise dense vectors; default from sentence-transformers files.
-        sparse_head: "lm" | "mlm" | "tied"; default the best head the checkpoint has.
-        max_length: doc encoder max tokens; default sentence-transformers' or min(512, limit).
-        served_dim: leading dense dims served (Matryoshka); default all.
-        batch_size: table rows per forward pass.
-        overwrite: replace an existing bundle.
-        progress: show progress bars.
-        fit: how the tables are fitted (``bundle.fit.FitRecipe``: corpora, queries, cap,
+        backbone: how the checkpoint is read (pooling, normalisation, sparse head, device).
+        tables: instructions, max length, served dims, batch size (:class:`TableSettings`).
+            The document prompt the model's sentence-transformers files record (e5's
+            "passage: ") becomes the bundle's ``document_prompt``.
+        fit: how the tables are fitted (``fit.tables.FitRecipe``: corpora, queries, cap,
             distillation, precision); None or no corpora: the unfitted table, count query
             weights. See ``build_bundle_from_model``.
-        device: the torch device of the table's and the fit's forwards (``cpu``, ``cuda``,
-            ``cuda:1``); default the GPU if there is one, else the CPU, as ingest's
-            ``DocEncoder`` (``model.doc_encoder.default_device``). The saved files do not
-            depend on it beyond float rounding.
+        overwrite: replace an existing bundle.
+        progress: show progress bars.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
 
     Returns:
@@ -114,25 +145,28 @@ def build_bundle(
     from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
 
-    target = check_device(device) if device is not None else default_device()  # before any work
+    backbone = backbone or BackboneSettings()
+    tables = tables or TableSettings()
+    target = check_device(backbone.device) if backbone.device is not None else default_device()
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
     prompts = sentence_transformers_settings(source)
-    if instructions is None and prompts.get("query_prompt"):
-        instructions = {"default": prompts["query_prompt"]}  # the model's own, verbatim
+    if tables.instructions is None and prompts.get("query_prompt"):
+        # the model's own, verbatim
+        tables = dataclasses.replace(tables, instructions={"default": prompts["query_prompt"]})
     if prompts.get("document_prompt"):
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
     model = LightRetrieverModel.from_pretrained(
-        source, pooling=pooling, normalize=normalize, sparse_head=sparse_head,
-        name=catalogue_name).to(target)
+        source, pooling=backbone.pooling, normalize=backbone.normalize,
+        sparse_head=backbone.sparse_head, name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    return build_bundle_from_model(
-        model, tokenizer, out_dir, instructions=instructions,
-        max_length=max_length or default_max_length(model, source), served_dim=served_dim,
-        batch_size=batch_size, overwrite=overwrite, progress=progress, fit=fit,
-        table_cache_key=model_files_key(source), source_dir=source, **config_fields)
+    tables = dataclasses.replace(
+        tables, max_length=tables.max_length or default_max_length(model, source),
+        cache_key=model_files_key(source), source_dir=source)
+    return build_bundle_from_model(model, tokenizer, out_dir, tables=tables, fit=fit,
+                                   overwrite=overwrite, progress=progress, **config_fields)
 
 
 def model_files_key(model_dir: Path) -> str:
@@ -200,15 +234,10 @@ def build_bundle_from_model(
     tokenizer: Any,
     out_dir: str | Path,
     *,
-    instructions: Mapping[str, str] | None = None,
-    max_length: int = 512,
-    served_dim: int | None = None,
-    batch_size: int = 256,
+    tables: TableSettings | None = None,
+    fit: FitRecipe | None = None,
     overwrite: bool = False,
     progress: bool = True,
-    fit: FitRecipe | None = None,
-    table_cache_key: str | None = None,
-    source_dir: Path | None = None,
     **config_fields: Any,
 ) -> Path:
     """Write a bundle for an in-memory model (trainer.export passes its merged model).
@@ -217,46 +246,42 @@ def build_bundle_from_model(
         model: the retriever (LoRA merged; a peft wrapper is merged when saving).
         tokenizer: its ``tokenizers.Tokenizer``.
         out_dir: the bundle directory.
-        instructions: name -> instruction text; default ``{"default": ""}``.
-        max_length: doc encoder max tokens.
-        served_dim: leading dense dims served; default all.
-        batch_size: table rows per forward pass.
-        overwrite: replace an existing bundle.
-        progress: show progress bars.
+        tables: instructions (default ``{"default": ""}``), max length (default 512),
+            served dims, batch size, table cache key (:class:`TableSettings`).
         fit: with corpora, every table is fitted to pseudo-queries cut from them and the
             bundle ships IDF sparse query weights; the manifest's ``fit`` records how
-            (``bundle.fit.FitRecipe``).
-        table_cache_key: ``model_files_key`` of the directory the model was loaded from:
-            the unfitted tables go through the table cache (none for a model in training).
-        source_dir: that directory: the fit may then run the model on ONNX Runtime
-            (``fit.runtime``); an in-memory model without one is fitted on torch.
+            (``fit.tables.FitRecipe``).
+        overwrite: replace an existing bundle.
+        progress: show progress bars.
         **config_fields: further ``BundleConfig`` fields (backbone_name, sparse_top_k, ...).
 
     Returns:
         The bundle path.
     """
-    instructions = dict(instructions or DEFAULT_INSTRUCTIONS)
+    tables = tables or TableSettings()
+    instructions = dict(tables.instructions or DEFAULT_INSTRUCTIONS)
+    max_length = tables.max_length or 512
     config_fields.setdefault("backbone_name", model.name or model.architecture)
     config_fields.setdefault("default_instruction", next(iter(instructions)))
     config = BundleConfig(
         architecture=model.architecture, kind=model.kind, pooling=model.pooling,
         normalize=model.normalize, query_norm=model.query_norm, dense_dim=model.hidden_size,
-        served_dim=served_dim or model.hidden_size, max_length=max_length,
+        served_dim=tables.served_dim or model.hidden_size, max_length=max_length,
         sparse_head=model.head.kind, instructions=instructions, **medusa_fields(model),
         **config_fields)
-    tables = compute_tables(model, tokenizer, instructions, batch_size=batch_size, progress=progress,
-                            model_key=table_cache_key)
+    rows = compute_tables(model, tokenizer, instructions, batch_size=tables.batch_size,
+                          progress=progress, model_key=tables.cache_key)
     weights, stats = None, None
     if fit is not None and fit.enabled:
-        result = fit_tables(model, tokenizer, tables, instructions, max_length, fit,
+        result = fit_tables(model, tokenizer, rows, instructions, max_length, fit,
                             progress=progress, document_prompt=config.document_prompt,
-                            source_dir=source_dir)
-        tables, weights, stats = result.tables, result.idf, result.stats.to_dict()
+                            source_dir=tables.source_dir)
+        rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
         model.save_pretrained(doc_dir)
         tokenizer.save(str(doc_dir / "tokenizer.json"))
-        return save_bundle(out_dir, config, tokenizer=tokenizer, tables=tables,
+        return save_bundle(out_dir, config, tokenizer=tokenizer, tables=rows,
                            doc_encoder_dir=doc_dir, overwrite=overwrite,
                            sparse_weights=weights, fit=stats)
 

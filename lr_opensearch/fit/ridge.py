@@ -3,7 +3,7 @@
 ``A`` holds the (pseudo-)queries' row-normalised token bags (:func:`token_bags`: ``A @ E``
 is the query side's mean of rows), ``F`` the full model's embeddings of the same queries,
 ``P`` the prior. Solved by Jacobi-preconditioned conjugate gradients on the rows the
-queries use; ``lam`` is chosen on a held-back share (:func:`fit_table`). ``bundle.fit``
+queries use; ``lam`` is chosen on a held-back share (:func:`fit_table`). ``fit.tables``
 runs it for each table of a bundle.
 
 The prior is the unfitted table ``E0`` mapped into the fitted rows' space
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from lr_opensearch.bundle.distill import DistillStats
+from lr_opensearch.fit.distill import DistillStats
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +127,24 @@ class TableFit:
     distill: DistillStats | None = None
 
 
+@dataclass(frozen=True)
+class RidgeSolve:
+    """How :func:`fit_table` solves: the ``lams`` tried (strong to weak), the ``holdout``
+    share and ``seed`` that choose one, the ``patience`` (worse lams before stopping), the
+    CG solver's ``maxiter`` / ``tol``, and ``map_min_queries`` (the prior's rows: see
+    :func:`fit_table`; None: the unfitted table is the prior)."""
+
+    lams: Sequence[float] = LAMS
+    holdout: float = 0.1
+    seed: int = 0
+    patience: int = 2
+    maxiter: int = 300
+    tol: float = 1e-4
+    map_min_queries: int | None = MAP_MIN_QUERIES
+
+
 def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
-              weights: np.ndarray | None = None,
-              lams: Sequence[float] = LAMS, holdout: float = 0.1, seed: int = 0,
-              patience: int = 2, maxiter: int = 300, tol: float = 1e-4,
-              map_min_queries: int | None = MAP_MIN_QUERIES,
+              weights: np.ndarray | None = None, solve: RidgeSolve | None = None,
               progress: bool = False) -> tuple[np.ndarray, TableFit]:
     """Fit the query table: ``argmin_E ||W (A E - F)||^2 + lam ||E - P||^2``.
 
@@ -148,6 +161,7 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
         bags: [n, V] row-normalised token bags (:func:`token_bags`), n >= 2.
         targets: [n, H] the full model's embeddings of the same queries.
         weights: [n] row weights W (default 1); the held-back cosine is unweighted.
+        solve: the lams and the solver's settings (:class:`RidgeSolve`; default its defaults).
 
     Returns:
         (table [V, H] float32, :class:`TableFit`). Serve the table as is: the query side
@@ -155,6 +169,9 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
     """
     from lr_opensearch.progress import progress_bar
 
+    s = solve or RidgeSolve()
+    holdout, seed, patience, maxiter, tol = s.holdout, s.seed, s.patience, s.maxiter, s.tol
+    map_min_queries = s.map_min_queries
     n = bags.shape[0]
     if n < 2 or bags.shape[1] != e0.shape[0] or targets.shape != (n, e0.shape[1]):
         raise ValueError(f"shapes disagree (or fewer than 2 queries): bags {bags.shape}, "
@@ -173,7 +190,7 @@ def fit_table(e0: np.ndarray, bags: sp.csr_matrix, targets: np.ndarray, *,
     a_tr, f_tr, a_h, f_h = bags[~held], f[~held], bags[held], f[held]
     cos_e0 = mean_cosine(a_h @ e0f, f_h)
     per_lam: dict[str, float] = {}
-    lams = sorted(lams, reverse=True)
+    lams = sorted(s.lams, reverse=True)
     prior, prior_rows = e0f, 0
     with progress_bar(total=len(lams) + 2, desc="fit table", unit="solve", disable=not progress) as bar:
         if map_min_queries is not None:

@@ -1,6 +1,6 @@
 """Listwise distillation of the full model's ranking into a fitted query table (numpy).
 
-The ridge fit (``bundle.ridge.fit_table``) makes the mean of a query's rows close to the
+The ridge fit (``fit.ridge.fit_table``) makes the mean of a query's rows close to the
 full model's query vector. Ranking needs less and something else: that the documents come
 out in the full model's order. This step starts from the ridge table and, for each
 pseudo-query ``i``, takes candidate documents ``C_i`` (the teacher's top ``top`` plus

@@ -6,7 +6,7 @@ A leg's engine score depends on the index (BM25 and the sparse dot product on it
 statistics and weights, the knn score on the model), so the scale is measured on the index
 itself, with queries the corpus provides and never with judgments: ``sample_docs``
 documents drawn from the index (seeded ``random_score``), their pseudo-queries cut as the
-bundle fit cuts them (:func:`lr_opensearch.bundle.pseudo.make_pseudo_queries`: the title, a
+bundle fit cuts them (:func:`lr_opensearch.fit.pseudo.make_pseudo_queries`: the title, a
 sentence, a span of words), each searched by each leg alone. Per leg (and query shape: see
 :func:`leg_key`) it records the mean and median top-1 engine score and the mean of the top
 :data:`TOP_N` scores; a calibrated search boosts each leg's clause by ``weight / scale``,
@@ -69,8 +69,8 @@ class Shape:
             object.__setattr__(self, "text_fields", None if set(fields) == set(TEXT_FIELDS)
                                else fields)
 
-    def context(self, k: int, **extra: Any) -> legs.LegContext:
-        return legs.LegContext(k=k, sparse_tokens=self.sparse_tokens,
+    def context(self, knn_depth: int, **extra: Any) -> legs.LegContext:
+        return legs.LegContext(knn_depth=knn_depth, sparse_tokens=self.sparse_tokens,
                                text_fields=self.text_fields, **extra)
 
 
@@ -144,7 +144,7 @@ class Calibration:
 def read_calibration(adapter: EngineAdapter, index: str) -> Calibration:
     """The calibration recorded in ``index``'s ``_meta`` (of a target of several indices:
     the first's); the error says how to make one."""
-    meta = adapter.index_mapping(index).get("_meta", {}).get(CALIBRATION_KEY)
+    meta = adapter.meta_value(index, CALIBRATION_KEY)
     if not meta:
         raise ConfigError(f"index {index!r} has no calibration (_meta.{CALIBRATION_KEY}), which "
                           f"fusion 'calibrated' needs; run `lr index calibrate --index {index}`")
@@ -163,7 +163,7 @@ def sample_documents(adapter: EngineAdapter, index: str, n: int,
 
 def pseudo_queries(docs: Sequence[tuple[str, str]], seed: int) -> list[str]:
     """Per document: its title, one sentence and one span of words (the fit's recipes)."""
-    from lr_opensearch.bundle.pseudo import make_pseudo_queries
+    from lr_opensearch.fit.pseudo import make_pseudo_queries
 
     pq = make_pseudo_queries(docs, sentences_per_doc=1, spans_per_doc=1, passage_share=0.0,
                              seed=seed)
@@ -204,8 +204,8 @@ def calibrate(adapter: EngineAdapter, index: str, bundle: Bundle, *,
     """Measure ``index``'s scales for every leg the query encoder or the text feeds, in
     each of ``shapes`` (default: every leg's full query and the ``calibrated`` fusion's
     default shape), and record them in its ``_meta`` (``write``)."""
-    from lr_opensearch import __version__
     from lr_opensearch.options import CALIBRATED_SPARSE_TOKENS, CALIBRATED_TEXT_FIELDS
+    from lr_opensearch.version import __version__
 
     started = time.perf_counter()
     if sample_docs < 1:
@@ -246,10 +246,8 @@ def record_calibration(adapter: EngineAdapter, index: str, calibration: Calibrat
     from lr_opensearch.engine.templates import META_KEY
     from lr_opensearch.engine.text_queries import CLUSTER_KEY
 
-    mapping_meta = dict(adapter.index_mapping(index).get("_meta", {}))
-    mapping_meta[CALIBRATION_KEY] = calibration.to_meta()
-    adapter.put_index_meta(index, mapping_meta)
-    record = mapping_meta.get(META_KEY, {}).get(CLUSTER_KEY) or {}
+    adapter.update_meta(index, CALIBRATION_KEY, lambda _: calibration.to_meta())
+    record = (adapter.meta_value(index, META_KEY) or {}).get(CLUSTER_KEY) or {}
     if record.get("template"):
         name = store_template(adapter, index, record, calibration)
         logger.info("search template %s rendered again with the new scales", name)
@@ -267,7 +265,7 @@ def store_template(adapter: EngineAdapter, index: str, record: Mapping[str, Any]
     shape = Shape(None, CALIBRATED_TEXT_FIELDS)  # the cluster's sparse model sends every token
     weights = dict(zip(record["legs"], record["weights"], strict=True))
     source = calibrated_template(record, calibration.boosts(weights, shape, index=index),
-                                 k=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
+                                 knn_depth=DEFAULT_CANDIDATES, text_fields=shape.text_fields)
     name = template_id(index)
     adapter.put_search_template(name, source)
     return name

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lr_opensearch.cluster import mlapi
+from lr_opensearch.engine import mlapi
 from lr_opensearch.engine.adapter import EngineAdapter
 from lr_opensearch.engine.clauses import Filter
 from lr_opensearch.engine.opensearch import OpenSearchAdapter
@@ -23,6 +23,7 @@ from lr_opensearch.engine.text_queries import CLUSTER_KEY, text_sub_queries
 from lr_opensearch.errors import ConfigError, EngineError
 from lr_opensearch.legs import LegContext, fusion_config
 from lr_opensearch.options import DEFAULT_CANDIDATES
+from lr_opensearch.search.request import knn_depth as knn_depth_of
 
 
 def cluster_meta(adapter: EngineAdapter, index: str,
@@ -83,7 +84,7 @@ def text_hybrid_body(record: Mapping[str, Any], text: str, *, size: int = 10,
     ``lr search --in-cluster`` asks for by default."""
     adapter = OpenSearchAdapter(None)
     subs = text_sub_queries(record, text, record["legs"],
-                            LegContext(k=max(candidates, size), filter=filter),
+                            LegContext(knn_depth=knn_depth_of(candidates, size), filter=filter),
                             model_ids=model_ids, adapter=adapter)
     config = fusion_config(dict(zip(record["legs"], record["weights"], strict=True)))
     return adapter.hybrid_body(subs, config, size=size, per_leg=candidates, inline_pipeline=False,

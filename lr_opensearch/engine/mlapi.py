@@ -1,4 +1,7 @@
-"""The ml-commons REST calls ``lr models`` needs: upload in chunks, deploy, wait, find, undeploy.
+"""The ml-commons calls ``lr models`` needs: upload in chunks, deploy, wait, find, undeploy.
+
+Every call goes through opensearch-py's ``client.plugins.ml`` namespace (and ``client.cat``);
+no raw REST is left here.
 
 Models are uploaded through the model upload API (``_register_meta`` + ``upload_chunk``),
 because a real cluster cannot read the client's files, in chunks of at most
@@ -12,14 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lr_opensearch.errors import EngineError
 
 logger = logging.getLogger(__name__)
 
-ML = "/_plugins/_ml"
 # ml-commons refuses an upload_chunk body of more than 10,000,000 bytes ("Chunk size exceeds
 # 10MB"): ModelHelper.CHUNK_SIZE = 10_000_000 in ml-algorithms, checked by
 # MLModelChunkUploader.validateChunkSize (refused when length > CHUNK_SIZE), ml-commons 2.x
@@ -37,20 +39,19 @@ class ModelDeployError(EngineError):
     """A model could not be registered, uploaded or deployed."""
 
 
-def request(client: Any, method: str, path: str, body: Any = None, *,
-            params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
-            what: str = "") -> Any:
-    """One REST call; an engine error becomes an EngineError naming ``what`` and the reason."""
+def call(what: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+    """One call of the client (``method``, e.g. ``client.plugins.ml.get_model``); an engine
+    error becomes an EngineError naming ``what`` and the reason (an ml-commons call the
+    cluster has no handler for: how to get the plugin)."""
     try:
-        return client.transport.perform_request(method, path, body=body, params=params,
-                                                headers=headers)
+        return method(**kwargs)
     except Exception as exc:  # noqa: BLE001 - the engine clients' error types differ
         info = getattr(exc, "info", None)
         reason = _reason(info) if info else str(exc)
-        if "no handler found" in reason.lower() and path.startswith(ML):
-            raise EngineError(f"{what or path}: the cluster has no ml-commons plugin; "
+        if "no handler found" in reason.lower() and "_plugins/_ml" in reason:
+            raise EngineError(f"{what}: the cluster has no ml-commons plugin; "
                               f"{NO_ML_HINT}") from None
-        raise EngineError(f"{what or method + ' ' + path} failed: {reason}") from None
+        raise EngineError(f"{what} failed: {reason}") from None
 
 
 def _reason(info: Any) -> str:
@@ -65,7 +66,7 @@ def _reason(info: Any) -> str:
 
 def require_ml(client: Any) -> None:
     """Raise a one-line EngineError unless every node has the ml-commons plugin."""
-    rows = request(client, "GET", "/_cat/plugins", params={"format": "json"}, what="_cat/plugins")
+    rows = call("_cat/plugins", client.cat.plugins, format="json")
     nodes = {r.get("name") for r in rows}
     with_ml = {r.get("name") for r in rows if r.get("component") == ML_PLUGIN}
     if not nodes or with_ml != nodes:
@@ -78,7 +79,7 @@ def find_model(client: Any, name: str) -> dict[str, Any] | None:
     """The registered model called ``name`` (its ``_source`` plus ``model_id``), or None."""
     body = {"size": 20, "query": {"bool": {"filter": [{"term": {"name.keyword": name}}],
                                            "must_not": [{"exists": {"field": "chunk_number"}}]}}}
-    res = request(client, "POST", f"{ML}/models/_search", body, what=f"looking up model {name}")
+    res = call(f"looking up model {name}", client.plugins.ml.search_models, body=body)
     for hit in res.get("hits", {}).get("hits", []):
         return {**hit["_source"], "model_id": hit["_id"]}
     return None
@@ -91,7 +92,7 @@ def list_models(client: Any, prefix: str = "lr-") -> list[dict[str, Any]]:
     body = {"size": 1000, "sort": [{"created_time": {"order": "desc"}}],
             "query": {"bool": {"filter": [{"prefix": {"name.keyword": prefix}}],
                                "must_not": [{"exists": {"field": "chunk_number"}}]}}}
-    res = request(client, "POST", f"{ML}/models/_search", body, what="listing models")
+    res = call("listing models", client.plugins.ml.search_models, body=body)
     models = [{**h["_source"], "model_id": h["_id"]} for h in res.get("hits", {}).get("hits", [])]
     live = served(client) if models else set()
     for m in models:
@@ -102,15 +103,14 @@ def list_models(client: Any, prefix: str = "lr-") -> list[dict[str, Any]]:
 
 
 def get_model(client: Any, model_id: str) -> dict[str, Any]:
-    return dict(request(client, "GET", f"{ML}/models/{model_id}", what=f"model {model_id}"))
+    return dict(call(f"model {model_id}", client.plugins.ml.get_model, model_id=model_id))
 
 
 def served(client: Any, model_id: str | None = None) -> set[str]:
     """Ids of the models some node holds in memory (``model_id``: only that one is asked).
     The profile API asks the nodes; a model's stored ``model_state`` can still say DEPLOYED
     after a restart dropped it."""
-    path = f"{ML}/profile/models" + (f"/{model_id}" if model_id else "")
-    res = request(client, "GET", path, what="model profiles")
+    res = call("model profiles", client.plugins.ml.get_profile_models, model_id=model_id)
     return {mid for node in (res.get("nodes") or {}).values()
             for mid, info in (node.get("models") or {}).items()
             if info.get("model_state") == DEPLOYED}
@@ -150,14 +150,12 @@ def upload(client: Any, register: Mapping[str, Any], data: bytes, sha256: str,
     body = {**register, "model_content_hash_value": sha256,
             "model_content_size_in_bytes": len(data), "total_chunks": len(chunks)}
     name = register["name"]
-    res = request(client, "POST", f"{ML}/models/_register_meta", body,
-                  what=f"registering model {name}")
+    res = call(f"registering model {name}", client.plugins.ml.register_model_meta, body=body)
     model_id = str(res["model_id"])
     try:
         for n, chunk in enumerate(chunks):
-            request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{n}", chunk,
-                    what=f"uploading chunk {n + 1}/{len(chunks)} ({len(chunk):,} bytes) of "
-                         f"model {name}")
+            call(f"uploading chunk {n + 1}/{len(chunks)} ({len(chunk):,} bytes) of model {name}",
+                 client.plugins.ml.upload_chunk, model_id=model_id, chunk_number=n, body=chunk)
         _wait_registered(client, model_id, name)
     except BaseException:
         remove(client, model_id, name)
@@ -188,11 +186,11 @@ def deploy(client: Any, model_id: str, name: str, timeout: float = 300.0) -> Non
         ModelDeployError: the task failed or did not finish in time (with the cluster's
             reason and what to do).
     """
-    res = request(client, "POST", f"{ML}/models/{model_id}/_deploy", what=f"deploying model {name}")
+    res = call(f"deploying model {name}", client.plugins.ml.deploy_model, model_id=model_id)
     task = res.get("task_id")
     deadline = time.monotonic() + timeout
     while task:
-        info = request(client, "GET", f"{ML}/tasks/{task}", what=f"deploy task of model {name}")
+        info = call(f"deploy task of model {name}", client.plugins.ml.get_task, task_id=task)
         task_state = info.get("state")
         if task_state == "COMPLETED":
             break
@@ -224,11 +222,11 @@ def _task_error(info: Mapping[str, Any]) -> str:
 
 
 def undeploy(client: Any, model_id: str) -> None:
-    request(client, "POST", f"{ML}/models/{model_id}/_undeploy", what=f"undeploying {model_id}")
+    call(f"undeploying {model_id}", client.plugins.ml.undeploy_model, model_id=model_id)
 
 
 def delete(client: Any, model_id: str) -> None:
-    request(client, "DELETE", f"{ML}/models/{model_id}", what=f"deleting model {model_id}")
+    call(f"deleting model {model_id}", client.plugins.ml.delete_model, model_id=model_id)
 
 
 def remove(client: Any, model_id: str, name: str) -> bool:
@@ -250,14 +248,14 @@ def remove(client: Any, model_id: str, name: str) -> bool:
 
 def predict_dense(client: Any, model_id: str, text: str) -> list[float]:
     """The cluster's query vector for ``text`` (a check; search never needs it)."""
-    res = request(client, "POST", f"{ML}/_predict/text_embedding/{model_id}",
-                  {"text_docs": [text], "target_response": ["sentence_embedding"]},
-                  what=f"predict with model {model_id}")
+    res = call(f"predict with model {model_id}", client.plugins.ml.predict,
+               algorithm_name="text_embedding", model_id=model_id,
+               body={"text_docs": [text], "target_response": ["sentence_embedding"]})
     return list(res["inference_results"][0]["output"][0]["data"])
 
 
 def predict_sparse(client: Any, model_id: str, text: str) -> dict[str, float]:
     """The cluster's sparse query (key -> weight) for ``text``."""
-    res = request(client, "POST", f"{ML}/_predict/sparse_tokenize/{model_id}",
-                  {"text_docs": [text]}, what=f"predict with model {model_id}")
+    res = call(f"predict with model {model_id}", client.plugins.ml.predict,
+               algorithm_name="sparse_tokenize", model_id=model_id, body={"text_docs": [text]})
     return dict(res["inference_results"][0]["output"][0]["dataAsMap"]["response"][0])

@@ -43,14 +43,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from lr_opensearch.bundle.distill import (
+from lr_opensearch.bundle.files import tokenizer_specials
+from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.distill import (
     DEFAULT_DISTILL,
     DistillConfig,
     distill_table,
     sample_doc_texts,
 )
-from lr_opensearch.bundle.files import tokenizer_specials
-from lr_opensearch.bundle.pseudo import (
+from lr_opensearch.fit.pseudo import (
     MAX_QUERIES,
     RECIPE_WEIGHTS,
     PseudoQueries,
@@ -60,8 +61,7 @@ from lr_opensearch.bundle.pseudo import (
     read_records,
     with_queries,
 )
-from lr_opensearch.bundle.ridge import TableFit, fit_table, token_bags
-from lr_opensearch.errors import ConfigError
+from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
@@ -117,7 +117,7 @@ class FitRecipe:
             the IDF query weights counted on; none: no fit (the unfitted table).
         queries: real training query files added to the pseudo-queries.
         max_queries: cap on the fit's (pseudo-)queries.
-        distill: the listwise step after the ridge fit (``bundle.distill``); None: off.
+        distill: the listwise step after the ridge fit (``fit.distill``); None: off.
         encode_precision: how the full model's vectors of the fit are computed
             (``options.ENCODE_PRECISIONS``; the saved weights never change).
         runtime: where they are computed (``options.RUNTIMES``, ``model.runtime``).
@@ -287,7 +287,7 @@ def fit_bundle_tables(
         seed: seed of every random choice.
         progress: tqdm bars.
         distill: when given, each ridge-fitted table is then refined to rank the sampled
-            documents as the full model does (``bundle.distill``); needs ``embed_docs``.
+            documents as the full model does (``fit.distill``); needs ``embed_docs``.
         embed_docs: document texts -> [n, H] full-model document vectors (as ingest
             encodes a document).
     """
@@ -303,7 +303,7 @@ def fit_bundle_tables(
                              progress)
         t1 = time.perf_counter()
         fitted[name], fit = fit_table(tables[name], inputs.bags, targets, weights=inputs.weights,
-                                      seed=seed, progress=progress)
+                                      solve=RidgeSolve(seed=seed), progress=progress)
         fit.encode_seconds, fit.solve_seconds = t1 - t0, time.perf_counter() - t1
         if distill is not None and embed_docs is not None:
             if doc_vectors is None:
