@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from lr_opensearch.node import cache_dir, install, load_lock
+from lr_opensearch.version import __version__
 
 try:
     import tomllib
@@ -71,7 +72,7 @@ def stage_requirements(out_root: Path = HERE / ".artifacts") -> str:
         target = out / name
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
-    return str(project["version"])
+    return __version__  # pyproject's version is dynamic: lr_opensearch/version.py
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = sorted((REPO / "bench").glob("*.py"))
+BENCH_DIR = REPO / "bench"
+BENCH = sorted(BENCH_DIR.glob("*.py"))
 OWN = {"lr_opensearch", "ingest", "trainer", "bench"} | {p.stem for p in BENCH} | {
     p.stem for p in (REPO / "tests").glob("*.py")}  # bench scripts import tests' helpers
 
@@ -78,8 +79,25 @@ def test_each_bench_module_imports(path: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"bench_import_check_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    path_before, modules_before = list(sys.path), set(sys.modules)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     try:
         spec.loader.exec_module(module)  # its main() runs only under __main__
     finally:
-        del sys.modules[spec.name]
+        # A bench script puts bench/ first on sys.path, where bench/ingest.py would stand in
+        # for the ingest package in every later test: undo its path and its imports.
+        sys.path[:] = path_before
+        for name in set(sys.modules) - modules_before:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(BENCH_DIR)):
+                del sys.modules[name]
+        sys.modules.pop(spec.name, None)
+    assert sys.path == path_before
+
+
+def test_importing_the_bench_leaves_the_ingest_package(tmp_path: Path) -> None:
+    """After every bench module was imported, ``ingest`` is still the application package
+    (bench/ingest.py shares its name)."""
+    for path in BENCH:
+        test_each_bench_module_imports(path)
+    ingest = sys.modules.get("ingest") or importlib.import_module("ingest")
+    assert hasattr(ingest, "__path__"), f"'ingest' is {ingest.__file__}, not the package"

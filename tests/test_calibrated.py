@@ -337,8 +337,11 @@ def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: A
         return  # in-cluster encoding is OpenSearch's (ml-commons); nothing to check on ES
     other = f"{index}-recal"
     adapter.create_index(other, bundle)
-    engine_client.reindex(body={"source": {"index": index}, "dest": {"index": other}},
-                          refresh=True)
+    # a copy by search + bulk: 2.19.1's minimal distribution (the version matrix) has no _reindex
+    docs = engine_client.search(index=index, body={"size": 10_000, "query": {"match_all": {}}})
+    lines = [line for h in docs["hits"]["hits"]
+             for line in ({"index": {"_index": other, "_id": h["_id"]}}, h["_source"])]
+    assert lines and not engine_client.bulk(body=lines, refresh=True)["errors"]
     try:
         calibrate(adapter, other, bundle, sample_docs=N_DOCS)
         record = {"models": {"dense": "D", "sparse": "S"}, "legs": ["dense", "sparse", "bm25"],

@@ -127,3 +127,51 @@ def test_a_live_lock_makes_a_writer_wait_then_say_who_holds_it(
         assert meta._holder(adapter, index_name)["owner"] == "elsewhere:7:live"  # not taken
     finally:
         os_client.delete(index=meta.LOCK_INDEX, id=index_name)
+
+
+class _BusyOnce:
+    """An adapter whose first lock write is refused with 429 (a saturated write queue),
+    as a node under bulk load answers; the mapping lives in a dict."""
+
+    engine = "opensearch"
+
+    def __init__(self) -> None:
+        from opensearchpy.exceptions import NotFoundError, TransportError
+
+        self.transport_errors = (TransportError,)
+        self._busy, self._not_found = TransportError, NotFoundError
+        self.meta: dict[str, Any] = {}
+        self.locks: dict[str, dict[str, Any]] = {}
+        self.refused = 0
+        self.client = self
+
+    def _create_plain(self, name: str, settings: Any) -> None:
+        return None
+
+    def _create_doc(self, index: str, doc_id: str, body: dict[str, Any]) -> None:
+        if self.refused == 0:
+            self.refused += 1
+            raise self._busy(429, "rejected_execution_exception", "write queue full")
+        self.locks[doc_id] = body
+
+    def get(self, index: str, id: str) -> dict[str, Any]:  # noqa: A002 - the client's name
+        if id not in self.locks:
+            raise self._not_found(404, "not_found", "no lock")
+        return {"_source": self.locks[id], "_seq_no": 0, "_primary_term": 1}
+
+    def delete(self, index: str, id: str, **_: Any) -> None:  # noqa: A002
+        self.locks.pop(id)
+
+    def index_mapping(self, index: str) -> dict[str, Any]:
+        return {"_meta": dict(self.meta)}
+
+    def put_index_meta(self, index: str, meta: dict[str, Any]) -> None:
+        self.meta = dict(meta)
+
+
+def test_a_busy_node_delays_the_lock_instead_of_failing() -> None:
+    """A 429 on the lock's write (the write queue full during an ingest) is a wait, not an
+    error (tests/test_ingest_slow.py's saturated node failed the ingest on it)."""
+    adapter = _BusyOnce()
+    assert meta.update(adapter, "docs", "k", lambda _: 1) == 1  # type: ignore[arg-type]
+    assert adapter.refused == 1 and adapter.meta == {"k": 1} and not adapter.locks

@@ -31,6 +31,8 @@ from lr_opensearch.errors import EngineError
 LOCK_INDEX = "lightretriever-meta-locks"  # hidden; one document per index being changed
 LOCK_TTL = 60.0  # s: a lock older than this was left by a writer that died
 LOCK_WAIT = 120.0  # s: how long a writer waits for a live lock before giving up
+BUSY = (429, 503)  # the node refused the lock's write for now (write queue full, unavailable)
+RELEASE_TRIES = 8  # a release refused as busy is tried again (else the lock waits out LOCK_TTL)
 LOCK_SETTINGS = {"index": {"number_of_shards": 1, "auto_expand_replicas": "0-1",
                            "hidden": True}}
 
@@ -93,12 +95,26 @@ def locked(adapter: EngineAdapter, index: str, *, wait: float = LOCK_WAIT,
     try:
         yield
     finally:
-        with contextlib.suppress(*adapter.transport_errors):
+        _release(adapter, index, str(owner["owner"]))
+
+
+def _release(adapter: EngineAdapter, index: str, owner: str) -> None:
+    """Delete this writer's lock document; a refusal as busy is tried again, any other
+    failure leaves it to expire (LOCK_TTL)."""
+    pause = 0.05
+    errors: tuple[type[BaseException], ...] = (EngineError, *adapter.transport_errors)
+    for _ in range(RELEASE_TRIES):
+        try:
             mine = _holder(adapter, index)
-            if mine is not None and mine.get("owner") == owner["owner"]:
-                adapter.client.delete(index=LOCK_INDEX, id=index,
-                                      if_seq_no=mine["_seq_no"],
+            if mine is not None and mine.get("owner") == owner:
+                adapter.client.delete(index=LOCK_INDEX, id=index, if_seq_no=mine["_seq_no"],
                                       if_primary_term=mine["_primary_term"])
+            return
+        except errors as exc:
+            if status_of(exc.__cause__ or exc) not in BUSY:
+                return
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _acquire(adapter: EngineAdapter, index: str, owner: dict[str, Any], ttl: float) -> bool:
@@ -110,6 +126,8 @@ def _acquire(adapter: EngineAdapter, index: str, owner: dict[str, Any], ttl: flo
         adapter._create_doc(LOCK_INDEX, index, {**owner, "since": time.time()})
         return True
     except adapter.transport_errors as exc:
+        if status_of(exc) in BUSY:  # a saturated write queue: try again, as for a held lock
+            return False
         if status_of(exc) != 409:
             raise EngineError(f"taking the _meta lock of index {index!r} on "
                               f"{adapter.engine} failed: {refusal(exc)}") from exc

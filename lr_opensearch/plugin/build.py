@@ -24,11 +24,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lr_opensearch import __version__
 from lr_opensearch.cache import cache_dir
 from lr_opensearch.errors import NodeError
 from lr_opensearch.node.install import Installation, install
 from lr_opensearch.plugin.javac import PLUGIN_SRC
+from lr_opensearch.version import __version__
 
 logger = logging.getLogger(__name__)
 

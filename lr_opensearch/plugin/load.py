@@ -178,9 +178,7 @@ def write_record(client: Any, index: str, bundle: Any, digest: str, *,
     record = index_record(adapter, bundle, digest, candidates=candidates)
     names = sorted(adapter.index_mappings(index))
     for name in names:
-        meta = dict(adapter.index_mapping(name).get("_meta", {}))
-        meta[META_KEY] = {**meta.get(META_KEY, {}), RECORD_KEY: record}
-        adapter.put_index_meta(name, meta)
+        adapter.update_meta(name, META_KEY, lambda old: {**(old or {}), RECORD_KEY: record})
     return names
 
 
