@@ -91,7 +91,8 @@ class OnnxDocEncoder:
                               "use --runtime torch")
         tokenizer = bundle.tokenizer
         graph = ensure_graph(bundle.doc_encoder_dir, cfg.sparse_head, tokenizer=tokenizer,
-                             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)))
+                             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)),
+                             bundle_dir=bundle.path)
         logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
         return cls(graph, tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
                    max_length=cfg.max_length, served_dim=cfg.served_dim, top_k=cfg.sparse_top_k,

@@ -9,10 +9,14 @@ encoder's config.json and weights, and its sparse head):
     head.safetensors   ``weight`` [V, H] (and ``bias`` [V]) of the sparse projection
     graph.json         format, source, the graph's sha256, vocabulary and hidden sizes
 
-It comes from, in this order: the cache; the LangChain4j jar of ``packaged/models.lock.json``
-whose ONNX weights equal the encoder's, tensor for tensor (a bare ``BertModel``: tied
-sparse head); else a one-time export with torch (``onnx_export``, a user's checkpoint
-included). Without torch and without a matching jar there is no graph: a one-line error.
+It comes from, in this order: the bundle's own copy, ``<bundle>/onnx/`` (written by
+``lr bundle onnx`` and ``lr bundle build``: what ingest reads where there is neither torch
+nor a network, as in the project image); the cache; the LangChain4j jar of
+``packaged/models.lock.json`` whose ONNX weights equal the encoder's, tensor for tensor (a
+bare ``BertModel``: tied sparse head); else a one-time export with torch (``onnx_export``,
+a user's checkpoint included). Without torch and without a matching jar there is no graph:
+a one-line error. graph.json's ``encoder_key`` (``graph_key``) ties a graph to the weights
+it was made from: a bundle's copy made for other weights is refused.
 
 :func:`load_graph` refuses a graph whose file differs from graph.json's sha256, or whose
 vocabulary or hidden size differ from the encoder's config.json (or the tokenizer's
@@ -41,6 +45,7 @@ logger = logging.getLogger(__name__)
 GRAPH_FORMAT = "lr-opensearch-onnx-graph"
 GRAPH_FORMAT_VERSION = 1
 GRAPH_FILE, HEAD_FILE, MANIFEST = "model.onnx", "head.safetensors", "graph.json"
+BUNDLE_GRAPH_DIR = "onnx"  # <bundle>/onnx/: the bundle's own copy (outside its manifest)
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
@@ -96,12 +101,15 @@ def graph_key(model_dir: Path, sparse_head: str) -> str:
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 
-def graph_dir(model_dir: Path, sparse_head: str, cache: Path | None = None) -> Path:
-    return (cache or cache_dir()) / "onnx" / graph_key(model_dir, sparse_head)
+def graph_dir(model_dir: Path, sparse_head: str, cache: Path | None = None,
+              key: str | None = None) -> Path:
+    """The cache's directory of the encoder's graph (``key``: its ``graph_key``, if known)."""
+    return (cache or cache_dir()) / "onnx" / (key or graph_key(model_dir, sparse_head))
 
 
 def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
-                 cache: Path | None = None, tokenizer: Any = None) -> Graph:
+                 cache: Path | None = None, tokenizer: Any = None,
+                 bundle_dir: Path | None = None) -> Graph:
     """The checked graph of the encoder in ``model_dir`` (see the module docstring).
 
     Args:
@@ -110,12 +118,22 @@ def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
         vocab_limit: the tokenizer's vocabulary size; the graph's may be larger, not smaller.
         tokenizer: the bundle's ``tokenizers.Tokenizer``, for an export when ``model_dir``
             has no tokenizer.json.
+        bundle_dir: the bundle whose ``onnx/`` copy is used first, when it has one.
     Raises:
         ConfigError: no graph can be had, or the one found does not match (names it).
     """
-    out = graph_dir(model_dir, sparse_head, cache)
+    key = graph_key(model_dir, sparse_head)
+    own = None if bundle_dir is None else bundle_dir / BUNDLE_GRAPH_DIR
+    if own is not None and (own / MANIFEST).is_file():
+        made_for = _manifest(own).get("encoder_key")
+        if made_for != key:
+            raise ConfigError(
+                f"ONNX graph {own}: made for another encoder (key {made_for}), not this bundle's "
+                f"{model_dir} (key {key}); run `lr bundle onnx {bundle_dir}` to replace it")
+        return load_graph(own, model_dir, vocab_limit=vocab_limit)
+    out = graph_dir(model_dir, sparse_head, cache, key)
     if not (out / MANIFEST).is_file():
-        made = _from_jar(model_dir, sparse_head, out) if sparse_head == "tied" else False
+        made = _from_jar(model_dir, sparse_head, out, key) if sparse_head == "tied" else False
         if not made:
             if not installed("torch"):
                 raise ConfigError(
@@ -126,8 +144,38 @@ def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
             from lr_opensearch.model.onnx_export import export_graph
 
             with tempfile.TemporaryDirectory(prefix="lr-onnx-") as work:
-                write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer))
+                write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer),
+                            encoder_key=key)
     return load_graph(out, model_dir, vocab_limit=vocab_limit)
+
+
+def bundle_graph(bundle_dir: Path, model_dir: Path, sparse_head: str, *, vocab_limit: int,
+                 tokenizer: Any = None) -> Graph:
+    """Copy the encoder's graph (``ensure_graph``: the cache, a jar or an export) into
+    ``<bundle_dir>/onnx/``, replacing any there, and return it checked from there: the
+    bundle then encodes on ONNX Runtime with no torch, no network and no cache."""
+    graph = ensure_graph(model_dir, sparse_head, vocab_limit=vocab_limit, tokenizer=tokenizer)
+    own = bundle_dir / BUNDLE_GRAPH_DIR
+    tmp = own.with_name(own.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(graph.path, tmp)
+    meta = {**_manifest(tmp), "encoder_key": graph_key(model_dir, sparse_head)}
+    (tmp / MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")  # a cache made before the key
+    shutil.rmtree(own, ignore_errors=True)
+    tmp.rename(own)
+    logger.info("ONNX graph of %s copied into %s", graph.source, own)
+    return ensure_graph(model_dir, sparse_head, vocab_limit=vocab_limit, bundle_dir=bundle_dir)
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"ONNX graph {path}: {MANIFEST} is unreadable ({exc}); delete {path} "
+                          "to make it again") from exc
+    if not isinstance(meta, dict):
+        raise ConfigError(f"ONNX graph {path}: {MANIFEST} is not a JSON object; delete {path}")
+    return meta
 
 
 def load_graph(path: Path, model_dir: Path, *, vocab_limit: int) -> Graph:
@@ -139,7 +187,7 @@ def load_graph(path: Path, model_dir: Path, *, vocab_limit: int) -> Graph:
     for name in (MANIFEST, GRAPH_FILE, HEAD_FILE):
         if not (path / name).is_file():
             raise ConfigError(f"ONNX graph {path}: {name} is missing; delete {path} to make it again")
-    meta = json.loads((path / MANIFEST).read_text())
+    meta = _manifest(path)
     if meta.get("format") != GRAPH_FORMAT or meta.get("format_version") != GRAPH_FORMAT_VERSION:
         raise ConfigError(f"{path / MANIFEST} is not a graph manifest of format {GRAPH_FORMAT} "
                           f"v{GRAPH_FORMAT_VERSION}; delete {path} to make it again")
@@ -164,7 +212,7 @@ def load_graph(path: Path, model_dir: Path, *, vocab_limit: int) -> Graph:
 
 
 def write_graph(out: Path, onnx_bytes: bytes | Path, *, source: str, head: dict[str, np.ndarray],
-                head_hidden: bool) -> Path:
+                head_hidden: bool, encoder_key: str) -> Path:
     """Write a graph directory atomically (a temporary sibling renamed into place); a
     graph given as a file is moved there."""
     from safetensors.numpy import save_file
@@ -183,7 +231,8 @@ def write_graph(out: Path, onnx_bytes: bytes | Path, *, source: str, head: dict[
               str(tmp / HEAD_FILE))
     meta = {"format": GRAPH_FORMAT, "format_version": GRAPH_FORMAT_VERSION, "source": source,
             "onnx_sha256": file_sha256(tmp / GRAPH_FILE), "vocab_size": int(weight.shape[0]),
-            "hidden_size": int(weight.shape[1]), "head_hidden": head_hidden}
+            "hidden_size": int(weight.shape[1]), "head_hidden": head_hidden,
+            "encoder_key": encoder_key}
     (tmp / MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -191,7 +240,7 @@ def write_graph(out: Path, onnx_bytes: bytes | Path, *, source: str, head: dict[
     return out
 
 
-def _from_jar(model_dir: Path, sparse_head: str, out: Path) -> bool:
+def _from_jar(model_dir: Path, sparse_head: str, out: Path, key: str) -> bool:
     """Write the graph of the locked jar whose weights equal the encoder's; False if none."""
     from safetensors.numpy import load_file
 
@@ -222,6 +271,6 @@ def _from_jar(model_dir: Path, sparse_head: str, out: Path) -> bool:
                         "(%s); not using its jar's graph", model_dir, model.name, extra[:3] or "values")
             return False
         write_graph(out, data, source=f"jar {model.artifact.coordinates}",
-                    head={"weight": theirs[WORD_EMBEDDINGS]}, head_hidden=False)
+                    head={"weight": theirs[WORD_EMBEDDINGS]}, head_hidden=False, encoder_key=key)
         return True
     return False
