@@ -175,8 +175,9 @@ def test_no_graph_without_torch_or_a_jar_is_one_line(tmp_path: Path, cache: Path
 
     bundle = load_bundle(build_tiny_bundle(tmp_path))
     monkeypatch.setattr(onnx_graph, "installed", lambda name: name != "torch")
-    with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .* torch, which exports"):
+    with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .* torch, which exports") as err:
         OnnxDocEncoder.from_bundle(bundle)
+    assert f"`lr bundle onnx {bundle.path}`" in str(err.value)  # what the project image needs
     assert not graph_dir(bundle.doc_encoder_dir, "mlm").exists()
 
 

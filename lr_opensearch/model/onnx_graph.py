@@ -133,20 +133,30 @@ def ensure_graph(model_dir: Path, sparse_head: str, *, vocab_limit: int,
         return load_graph(own, model_dir, vocab_limit=vocab_limit)
     out = graph_dir(model_dir, sparse_head, cache, key)
     if not (out / MANIFEST).is_file():
-        made = _from_jar(model_dir, sparse_head, out, key) if sparse_head == "tied" else False
-        if not made:
-            if not installed("torch"):
-                raise ConfigError(
-                    f"no ONNX graph for the encoder {model_dir}: it matches no packaged jar and "
-                    "torch, which exports one once, is not installed; pip install "
-                    "'lr-opensearch[train]' once (the graph is cached in "
-                    f"{out.parent}), or use --runtime torch")
-            from lr_opensearch.model.onnx_export import export_graph
-
-            with tempfile.TemporaryDirectory(prefix="lr-onnx-") as work:
-                write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer),
-                            encoder_key=key)
+        try:
+            _make_graph(model_dir, sparse_head, out, key, tokenizer)
+        except ConfigError as exc:
+            if bundle_dir is None:
+                raise
+            raise ConfigError(f"{exc}; or, where torch or a network is, put the graph in the "
+                              f"bundle once: `lr bundle onnx {bundle_dir}`") from None
     return load_graph(out, model_dir, vocab_limit=vocab_limit)
+
+
+def _make_graph(model_dir: Path, sparse_head: str, out: Path, key: str, tokenizer: Any) -> None:
+    """Write the graph into the cache's ``out``: the matching jar's, else a torch export."""
+    if sparse_head == "tied" and _from_jar(model_dir, sparse_head, out, key):
+        return
+    if not installed("torch"):
+        raise ConfigError(
+            f"no ONNX graph for the encoder {model_dir}: it matches no packaged jar and torch, "
+            "which exports one once, is not installed; pip install 'lr-opensearch[train]' once "
+            f"(the graph is cached in {out.parent}), or use --runtime torch")
+    from lr_opensearch.model.onnx_export import export_graph
+
+    with tempfile.TemporaryDirectory(prefix="lr-onnx-") as work:
+        write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer),
+                    encoder_key=key)
 
 
 def bundle_graph(bundle_dir: Path, model_dir: Path, sparse_head: str, *, vocab_limit: int,
