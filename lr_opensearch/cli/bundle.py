@@ -190,26 +190,6 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def attach_graph(bundle: Bundle) -> Any:
-    """The bundle's document encoder's ONNX graph, copied into ``BUNDLE/onnx/``
-    (``model.onnx_graph.bundle_graph``: from the cache, a packaged jar or a torch export).
-
-    Raises:
-        ConfigError: the encoder has no graph (a decoder LLM, Medusa heads), or none can
-            be had here (names what to install).
-    """
-    from lr_opensearch.model.onnx_graph import bundle_graph, unsupported
-
-    cfg = bundle.config
-    why = unsupported(cfg.kind, cfg.sparse_mode)
-    if why:
-        raise ConfigError(f"bundle {bundle.path}: no ONNX graph for {why}; ingest encodes its "
-                          "documents on torch (pip install 'lr-opensearch[train]')")
-    tokenizer = bundle.tokenizer
-    return bundle_graph(bundle.path, bundle.doc_encoder_dir, cfg.sparse_head, tokenizer=tokenizer,
-                        vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)))
-
-
 def _graph_line(graph: Any) -> str:
     size = sum(f.stat().st_size for f in graph.path.iterdir()) / 1e6
     return f"onnx graph  {graph.path} ({graph.source}, {size:.1f} MB)"
@@ -218,8 +198,10 @@ def _graph_line(graph: Any) -> str:
 def _build_graph(bundle: Bundle) -> None:
     """``lr bundle build``'s graph: the bundle stands without it, so a graph that cannot be
     had here is a warning saying what ingest will need, not a failed build."""
+    from lr_opensearch.model.onnx_graph import graph_of_bundle
+
     try:
-        print(_graph_line(attach_graph(bundle)))
+        print(_graph_line(graph_of_bundle(bundle, attach=True)))
     except ConfigError as exc:
         logger.warning("no ONNX graph in the bundle (%s); ingest on ONNX Runtime will make one "
                        "where torch is installed, or run `lr bundle onnx %s` later", exc, bundle.path)
@@ -227,8 +209,9 @@ def _build_graph(bundle: Bundle) -> None:
 
 def run_onnx(args: argparse.Namespace) -> int:
     from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.model.onnx_graph import graph_of_bundle
 
-    print(_graph_line(attach_graph(load_bundle(args.bundle))))
+    print(_graph_line(graph_of_bundle(load_bundle(args.bundle), attach=True)))
     return 0
 
 

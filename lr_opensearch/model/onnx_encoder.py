@@ -23,7 +23,7 @@ from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.numpy_head import NumpyHead
-from lr_opensearch.model.onnx_graph import Graph, ensure_graph, unsupported
+from lr_opensearch.model.onnx_graph import Graph, graph_of_bundle
 from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
 
 if TYPE_CHECKING:
@@ -85,16 +85,9 @@ class OnnxDocEncoder:
                     screen: bool = False) -> OnnxDocEncoder:
         """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
         cfg = bundle.config
-        why = unsupported(cfg.kind, cfg.sparse_mode)
-        if why:
-            raise ConfigError(f"bundle {bundle.path}: not on ONNX Runtime with {why}; "
-                              "use --runtime torch")
-        tokenizer = bundle.tokenizer
-        graph = ensure_graph(bundle.doc_encoder_dir, cfg.sparse_head, tokenizer=tokenizer,
-                             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)),
-                             bundle_dir=bundle.path)
+        graph = graph_of_bundle(bundle)
         logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
-        return cls(graph, tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
+        return cls(graph, bundle.tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
                    max_length=cfg.max_length, served_dim=cfg.served_dim, top_k=cfg.sparse_top_k,
                    min_weight=cfg.sparse_min_weight, batch_size=batch_size,
                    document_prompt=cfg.document_prompt, threads=threads, screen=screen)

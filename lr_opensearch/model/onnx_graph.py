@@ -33,12 +33,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lr_opensearch.cache import cache_dir
 from lr_opensearch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +160,28 @@ def _make_graph(model_dir: Path, sparse_head: str, out: Path, key: str, tokenize
     with tempfile.TemporaryDirectory(prefix="lr-onnx-") as work:
         write_graph(out, **export_graph(model_dir, sparse_head, Path(work), tokenizer),
                     encoder_key=key)
+
+
+def graph_of_bundle(bundle: Bundle, *, attach: bool = False) -> Graph:
+    """The checked graph of ``bundle``'s document encoder (``ensure_graph``, the bundle's own
+    copy first); ``attach``: copied into ``BUNDLE/onnx/`` first (``bundle_graph``).
+
+    Raises:
+        ConfigError: a backbone with no graph (a decoder LLM, Medusa heads), or none can be
+            had here (each names what to do).
+    """
+    cfg = bundle.config
+    why = unsupported(cfg.kind, cfg.sparse_mode)
+    if why:
+        raise ConfigError(f"bundle {bundle.path}: not on ONNX Runtime with {why}; use --runtime "
+                          "torch (pip install 'lr-opensearch[train]')")
+    tokenizer = bundle.tokenizer
+    size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    if attach:
+        return bundle_graph(bundle.path, bundle.doc_encoder_dir, cfg.sparse_head,
+                            vocab_limit=size, tokenizer=tokenizer)
+    return ensure_graph(bundle.doc_encoder_dir, cfg.sparse_head, vocab_limit=size,
+                        tokenizer=tokenizer, bundle_dir=bundle.path)
 
 
 def bundle_graph(bundle_dir: Path, model_dir: Path, sparse_head: str, *, vocab_limit: int,
