@@ -260,6 +260,9 @@ def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.
     a, b = encoder.encode("the tower is tall").dense, encoder.encode("the tower is tall", "qa").dense
     assert a.shape == (16,) and not np.allclose(a, b)
     assert main(argv) == 1  # exists: BundleError, no overwrite
+    bare = tmp_path / "bare"
+    assert main([*argv[:6], str(bare), *argv[7:], "--no-onnx-graph"]) == 0
+    assert not (bare / "onnx").exists() and (bare / "lightretriever.json").is_file()
 
 
 def test_query_norm_is_pinned_in_the_manifest_and_old_bundles_read_rows() -> None:
