@@ -52,6 +52,7 @@ Test judgments measure here; they never choose anything.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import statistics
@@ -65,10 +66,11 @@ from lr_opensearch.evaluation.beir import compute_metrics, load_beir
 from lr_opensearch.instructions import document_text
 from lr_opensearch.options import ENCODE_PRECISIONS
 
-try:
-    from onnx_variants import ONNX_VARIANTS, onnx_encoder
+try:  # the sibling module, by name so that mypy sees one module, not two names of it
+    _variants = importlib.import_module("onnx_variants")  # run as a script: bench/ on sys.path
 except ImportError:  # imported as bench.cpu_encode
-    from bench.onnx_variants import ONNX_VARIANTS, onnx_encoder
+    _variants = importlib.import_module("bench.onnx_variants")
+ONNX_VARIANTS, onnx_encoder = _variants.ONNX_VARIANTS, _variants.onnx_encoder
 
 logger = logging.getLogger("cpu_encode")
 PLAIN = "fp32-plain"  # fp32 in float32 throughout: no bfloat16 screen of the projection

@@ -29,6 +29,7 @@ ONNX_VARIANTS = ("onnx", "onnx-screened", "onnx-int8", "onnx-int8-jar")
 def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | None) -> Any:
     """The encoder of variant ``name`` (one of ``ONNX_VARIANTS``)."""
     from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
+    from lr_opensearch.model.settings import DocSettings
 
     base = OnnxDocEncoder.from_bundle(bundle, batch_size=batch_size,
                                       screen=name == "onnx-screened")
@@ -46,7 +47,5 @@ def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | Non
         shutil.copy(int8_graph, work / "model.onnx")
     cfg = bundle.config
     return OnnxDocEncoder(dataclasses.replace(base.graph, path=work, source=f"{name} {work}"),
-                          bundle.tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
-                          max_length=cfg.max_length, served_dim=cfg.served_dim,
-                          top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
-                          batch_size=batch_size, document_prompt=cfg.document_prompt)
+                          bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
+                          normalize=cfg.normalize, batch_size=batch_size)

@@ -127,7 +127,7 @@ class EncodeAndWrite:
         self.fault_line = int(os.environ.get("LR_RAY_TEST_KILL_AT_LINE", "0"))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        from lr_opensearch.indexing.pipeline import EncodePipeline
+        from lr_opensearch.indexing.pipeline import Batching, EncodePipeline
         from lr_opensearch.indexing.writer import BulkWriter
 
         records = [Record(line=int(line), end_offset=0, id=str(doc_id), title=str(title),
@@ -142,9 +142,9 @@ class EncodeAndWrite:
                             on_chunk_done=lambda: None, retry=self.retry)
         pipeline = EncodePipeline(self.encoder, self.keys, _SyncWriter(writer),  # type: ignore[arg-type]
                                   watermark=outcomes, dead_letter=outcomes,  # type: ignore[arg-type]
-                                  max_length=self.bundle.config.max_length,
-                                  batch_size=self.batch_size, chunk_size=len(records),
-                                  sort_window=len(records), corpus=self.corpus)
+                                  batching=Batching(self.bundle.config.max_length,
+                                                    self.batch_size, len(records), len(records)),
+                                  corpus=self.corpus)
         for record in records:
             pipeline.add(record)
         pipeline.finish()

@@ -32,6 +32,7 @@ import numpy as np
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.model.settings import DocSettings
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def build_bundle(
 
     require_torch("lr bundle build (the query table is the backbone's forward of every token; "
                   "ingest with --bundle BUNDLE needs no build)")
-    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
     from lr_opensearch.model.device import check_device
     from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
@@ -155,9 +156,9 @@ def build_bundle(
         tables = dataclasses.replace(tables, instructions={"default": prompts["query_prompt"]})
     if prompts.get("document_prompt"):
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
-    model = LightRetrieverModel.from_pretrained(
-        source, pooling=backbone.pooling, normalize=backbone.normalize,
-        sparse_head=backbone.sparse_head, name=catalogue_name).to(target)
+    settings = RetrieverSettings(pooling=backbone.pooling, normalize=backbone.normalize,
+                                 sparse_head=backbone.sparse_head)
+    model = LightRetrieverModel.from_pretrained(source, settings, name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
@@ -273,8 +274,8 @@ def build_bundle_from_model(
                           progress=progress, model_key=tables.cache_key)
     weights, stats = None, None
     if fit is not None and fit.enabled:
-        result = fit_tables(model, tokenizer, rows, instructions, max_length, fit,
-                            progress=progress, document_prompt=config.document_prompt,
+        doc = DocSettings(max_length=max_length, document_prompt=config.document_prompt)
+        result = fit_tables(model, tokenizer, rows, instructions, doc, fit, progress=progress,
                             source_dir=tables.source_dir)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
@@ -295,9 +296,8 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
-               instructions: Mapping[str, str], max_length: int, recipe: FitRecipe, *,
-               progress: bool = True, document_prompt: str = "",
-               source_dir: Path | None = None) -> FitResult:
+               instructions: Mapping[str, str], doc: DocSettings, recipe: FitRecipe, *,
+               progress: bool = True, source_dir: Path | None = None) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
@@ -311,14 +311,10 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
     from lr_opensearch.model.runtime import fit_encoder
 
     was_training = model.training
-    encoder = fit_encoder(model, tokenizer, max_length=max_length, precision=recipe.encode_precision,
-                          runtime=recipe.runtime, document_prompt=document_prompt,
-                          source_dir=source_dir)
+    encoder = fit_encoder(model, tokenizer, doc, precision=recipe.encode_precision,
+                          runtime=recipe.runtime, source_dir=source_dir)
     try:
-        return fit_bundle_tables(tokenizer, tables, instructions,
-                                 encoder.encode_dense, recipe.corpora,
-                                 queries=recipe.queries, max_queries=recipe.max_queries,
-                                 progress=progress, distill=recipe.distill,
-                                 embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
+        return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
+                                 progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)

@@ -264,13 +264,10 @@ def fit_bundle_tables(
     tables: Mapping[str, np.ndarray],
     instructions: Mapping[str, str],
     embed: Embed,
-    corpora: Sequence[str | Path],
+    recipe: FitRecipe,
     *,
-    queries: Sequence[str | Path] = (),
-    max_queries: int = MAX_QUERIES,
     seed: int = 0,
     progress: bool = True,
-    distill: DistillConfig | None = None,
     embed_docs: Embed | None = None,
 ) -> FitResult:
     """Fit every query table of a bundle to corpora, and compute IDF sparse query weights.
@@ -281,20 +278,22 @@ def fit_bundle_tables(
         instructions: instruction name -> instruction text.
         embed: texts -> [n, H] full-model embeddings, exactly as the ``full-dense`` run
             encodes a query (the caller prepends nothing: texts already hold the instruction).
-        corpora: fit corpus files (documents; pseudo-queries and document frequencies).
-        queries: optional real training query files, added to the pseudo-queries.
-        max_queries: cap on pseudo-queries + queries.
+        recipe: the fit corpora (documents: pseudo-queries and document frequencies), real
+            training queries added to the pseudo-queries, their cap, and ``distill``: when
+            given, each ridge-fitted table is then refined to rank the sampled documents as
+            the full model does (``fit.distill``; needs ``embed_docs``). Its
+            ``encode_precision`` is the caller's, who made ``embed``.
         seed: seed of every random choice.
         progress: tqdm bars.
-        distill: when given, each ridge-fitted table is then refined to rank the sampled
-            documents as the full model does (``fit.distill``); needs ``embed_docs``.
         embed_docs: document texts -> [n, H] full-model document vectors (as ingest
             encodes a document).
     """
+    distill = recipe.distill
     if distill is not None and embed_docs is None:
         raise ValueError("distill needs embed_docs (the full model's document vectors)")
     start = time.perf_counter()
-    inputs = prepare_fit(tokenizer, corpora, queries=queries, max_queries=max_queries, seed=seed)
+    inputs = prepare_fit(tokenizer, recipe.corpora, queries=recipe.queries,
+                         max_queries=recipe.max_queries, seed=seed)
     stats, doc_vectors = inputs.stats, None
     fitted: dict[str, np.ndarray] = {}
     for name, instruction in instructions.items():

@@ -20,6 +20,8 @@ from typing import Any
 _HOMES = {
     "DocBatch": "lr_opensearch.model.batching",
     "DocEncoder": "lr_opensearch.model.doc_encoder",
+    "DocSettings": "lr_opensearch.model.settings",
+    "RetrieverSettings": "lr_opensearch.model.settings",
     "OnnxDocEncoder": "lr_opensearch.model.onnx_encoder",
     "open_doc_encoder": "lr_opensearch.model.runtime",
     "Framing": "lr_opensearch.model.framing",

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import ConfigError, IngestError
 from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.numpy_head import NumpyHead
 from lr_opensearch.model.onnx_graph import Graph, graph_of_bundle
 from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
+from lr_opensearch.model.settings import DocSettings
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -38,12 +38,9 @@ class OnnxDocEncoder:
     Args:
         graph: the checked graph (``onnx_graph.ensure_graph``).
         tokenizer: a ``tokenizers.Tokenizer`` (the bundle's).
+        doc: what a document becomes (``settings.DocSettings``, as ``DocEncoder``'s).
         pooling, normalize: the bundle's dense pooling and normalisation.
-        max_length: framed tokens per document at most.
-        served_dim: leading dense dims kept (default: all).
-        top_k, min_weight: sparse terms kept per document, weights strictly above.
         batch_size: documents per run of the graph.
-        document_prompt: text before every document (``DocEncoder``'s).
         threads: ONNX Runtime intra-op threads (``onnx_session``).
         screen: the sparse projection screened in bfloat16 by torch (``screened_head``:
             the same kept terms and weights; needs torch). Off by default: measured on
@@ -52,11 +49,10 @@ class OnnxDocEncoder:
 
     runtime = "onnx"
 
-    def __init__(self, graph: Graph, tokenizer: Any, *, pooling: str, normalize: bool,
-                 max_length: int, served_dim: int | None = None,
-                 top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
-                 batch_size: int = 32, document_prompt: str = "",
-                 threads: int | None = None, screen: bool = False) -> None:
+    def __init__(self, graph: Graph, tokenizer: Any, doc: DocSettings, *, pooling: str,
+                 normalize: bool, batch_size: int = 32, threads: int | None = None,
+                 screen: bool = False) -> None:
+        max_length, served_dim, document_prompt = doc.max_length, doc.served_dim, doc.document_prompt
         self.graph = graph
         self.session = onnx_session(graph.onnx_path, threads)
         self.tokenizer = tokenizer
@@ -71,8 +67,8 @@ class OnnxDocEncoder:
             weight=graph.weight, bias=graph.bias, pooling=pooling, normalize=normalize,
             served_dim=served_dim or hidden, suffix=len(self.framing.suffix),
             excluded=np.asarray(special_token_ids(tokenizer), dtype=np.int64),
-            vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=top_k,
-            min_weight=max(float(min_weight), 0.0))
+            vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=doc.top_k,
+            min_weight=max(float(doc.min_weight), 0.0))
         self._check_hidden(hidden)
         self._sparse = self.head.sparse
         if screen:
@@ -87,10 +83,8 @@ class OnnxDocEncoder:
         cfg = bundle.config
         graph = graph_of_bundle(bundle)
         logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
-        return cls(graph, bundle.tokenizer, pooling=cfg.pooling, normalize=cfg.normalize,
-                   max_length=cfg.max_length, served_dim=cfg.served_dim, top_k=cfg.sparse_top_k,
-                   min_weight=cfg.sparse_min_weight, batch_size=batch_size,
-                   document_prompt=cfg.document_prompt, threads=threads, screen=screen)
+        return cls(graph, bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
+                   normalize=cfg.normalize, batch_size=batch_size, threads=threads, screen=screen)
 
     def _check_hidden(self, hidden: int) -> None:
         """Run the graph once on two tokens: its output must be [1, 2, hidden] (refused

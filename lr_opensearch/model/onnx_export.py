@@ -21,6 +21,7 @@ from torch import nn
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.model.lightretriever import LightRetrieverModel
 from lr_opensearch.model.onnx_session import graph_inputs
+from lr_opensearch.model.settings import RetrieverSettings
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def export_graph(model_dir: Path, sparse_head: str, work: Path, tokenizer: Any =
     Raises:
         ConfigError: a decoder backbone (runs on torch), or an export that disagrees with torch.
     """
-    model = LightRetrieverModel.from_pretrained(model_dir, sparse_head=sparse_head,
+    model = LightRetrieverModel.from_pretrained(model_dir, RetrieverSettings(sparse_head=sparse_head),
                                                 tokenizer=tokenizer).eval()
     if model.kind != "encoder":
         raise ConfigError(f"{model_dir} is a decoder ({model.architecture}); its document "

@@ -11,7 +11,7 @@ hold, else torch (``DocEncoder``), as before:
   Medusa mode runs on torch).
 
 ``onnx`` insists (an error names the condition that fails); ``torch`` is today's path on
-any device. Both give the same vectors (``tests/test_onnx_runtime.py``): an index does not
+any device. Both give the same vectors (``tests/model/test_onnx_runtime.py``): an index does not
 depend on which runtime encoded it. Nothing here imports torch unless torch is chosen.
 """
 
@@ -27,6 +27,7 @@ from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME, RUN
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
+    from lr_opensearch.model.settings import DocSettings
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +98,13 @@ def open_doc_encoder(bundle: Bundle, *, runtime: str = DEFAULT_RUNTIME, device: 
     return DocEncoder.from_bundle(bundle, device=device, batch_size=batch_size, precision=precision)
 
 
-def fit_encoder(model: Any, tokenizer: Any, *, max_length: int, precision: str, runtime: str,
-                document_prompt: str = "", source_dir: Path | None = None,
-                batch_size: int = 64) -> Any:
+def fit_encoder(model: Any, tokenizer: Any, doc: DocSettings, *, precision: str, runtime: str,
+                source_dir: Path | None = None, batch_size: int = 64) -> Any:
     """The encoder of ``lr bundle build``'s fit (the full model's query and document
-    vectors): ``model`` (a ``LightRetrieverModel``, loaded from ``source_dir``) on ONNX
-    Runtime where ``runtime`` chooses it, else on torch on ``model.device``. A model
-    without a source directory (in training) is fitted on torch."""
+    vectors, ``doc``: its max length and document prompt): ``model`` (a
+    ``LightRetrieverModel``, loaded from ``source_dir``) on ONNX Runtime where ``runtime``
+    chooses it, else on torch on ``model.device``. A model without a source directory (in
+    training) is fitted on torch."""
     chosen = "torch" if source_dir is None else choose_runtime(
         runtime, kind=model.kind, sparse_mode=model.sparse_mode, device=str(model.device),
         precision=precision)
@@ -114,10 +115,9 @@ def fit_encoder(model: Any, tokenizer: Any, *, max_length: int, precision: str, 
         graph = ensure_graph(source_dir, model.head.kind, tokenizer=tokenizer,
                              vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)))
         logger.info("the fit's full model on ONNX Runtime: %s (%s)", graph.path, graph.source)
-        return OnnxDocEncoder(graph, tokenizer, pooling=model.pooling, normalize=model.normalize,
-                              max_length=max_length, batch_size=batch_size,
-                              document_prompt=document_prompt)
+        return OnnxDocEncoder(graph, tokenizer, doc, pooling=model.pooling,
+                              normalize=model.normalize, batch_size=batch_size)
     from lr_opensearch.model.doc_encoder import DocEncoder
 
-    return DocEncoder(model, tokenizer, max_length=max_length, device=model.device,
-                      batch_size=batch_size, precision=precision, document_prompt=document_prompt)
+    return DocEncoder(model, tokenizer, doc, device=model.device, batch_size=batch_size,
+                      precision=precision)
