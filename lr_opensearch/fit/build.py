@@ -32,6 +32,7 @@ import numpy as np
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.model.settings import DocSettings
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class TableSettings:
         batch_size: table rows per forward pass.
         cache_key: ``model_files_key`` of the directory the model was loaded from: the
             unfitted tables go through the table cache (none for a model in training).
+        source_dir: that directory: the fit may then run the model on ONNX Runtime
+            (``FitRecipe.runtime``); a model in training is fitted on torch.
     """
 
     instructions: Mapping[str, str] | None = None
@@ -86,6 +89,7 @@ class TableSettings:
     served_dim: int | None = None
     batch_size: int = 256
     cache_key: str | None = field(default=None, repr=False)
+    source_dir: Path | None = field(default=None, repr=False)
 
 
 def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
@@ -133,6 +137,10 @@ def build_bundle(
     Returns:
         The bundle path.
     """
+    from lr_opensearch.model.runtime import require_torch
+
+    require_torch("lr bundle build (the query table is the backbone's forward of every token; "
+                  "ingest with --bundle BUNDLE needs no build)")
     from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
     from lr_opensearch.model.device import check_device
     from lr_opensearch.model.doc_encoder import default_device
@@ -157,7 +165,7 @@ def build_bundle(
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     tables = dataclasses.replace(
         tables, max_length=tables.max_length or default_max_length(model, source),
-        cache_key=model_files_key(source))
+        cache_key=model_files_key(source), source_dir=source)
     return build_bundle_from_model(model, tokenizer, out_dir, tables=tables, fit=fit,
                                    overwrite=overwrite, progress=progress, **config_fields)
 
@@ -266,8 +274,9 @@ def build_bundle_from_model(
                           progress=progress, model_key=tables.cache_key)
     weights, stats = None, None
     if fit is not None and fit.enabled:
-        result = fit_tables(model, tokenizer, rows, instructions, max_length, fit,
-                            progress=progress, document_prompt=config.document_prompt)
+        doc = DocSettings(max_length=max_length, document_prompt=config.document_prompt)
+        result = fit_tables(model, tokenizer, rows, instructions, doc, fit, progress=progress,
+                            source_dir=tables.source_dir)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -287,22 +296,23 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
-               instructions: Mapping[str, str], max_length: int, recipe: FitRecipe, *,
-               progress: bool = True, document_prompt: str = "") -> FitResult:
+               instructions: Mapping[str, str], doc: DocSettings, recipe: FitRecipe, *,
+               progress: bool = True, source_dir: Path | None = None) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
     candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
     ingest encodes them;
-    both at ``precision`` (``options.ENCODE_PRECISIONS``).
+    both at ``precision`` (``options.ENCODE_PRECISIONS``), on ONNX Runtime where
+    ``recipe.runtime`` chooses it and the model was loaded from ``source_dir``
+    (``model.runtime.fit_encoder``).
     """
-    from lr_opensearch.model import DocEncoder, DocSettings
+    from lr_opensearch.model.runtime import fit_encoder
 
     was_training = model.training
-    doc = DocSettings(max_length=max_length, document_prompt=document_prompt)
-    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=64,
-                         precision=recipe.encode_precision)
+    encoder = fit_encoder(model, tokenizer, doc, precision=recipe.encode_precision,
+                          runtime=recipe.runtime, source_dir=source_dir)
     try:
         return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
                                  progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))

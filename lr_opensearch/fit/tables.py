@@ -62,7 +62,7 @@ from lr_opensearch.fit.pseudo import (
     with_queries,
 )
 from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
-from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
+from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
@@ -120,6 +120,7 @@ class FitRecipe:
         distill: the listwise step after the ridge fit (``fit.distill``); None: off.
         encode_precision: how the full model's vectors of the fit are computed
             (``options.ENCODE_PRECISIONS``; the saved weights never change).
+        runtime: where they are computed (``options.RUNTIMES``, ``model.runtime``).
 
     >>> FitRecipe(corpora=("corpus.jsonl.gz",)).enabled
     True
@@ -130,6 +131,7 @@ class FitRecipe:
     max_queries: int = MAX_QUERIES
     distill: DistillConfig | None = DEFAULT_DISTILL
     encode_precision: str = DEFAULT_ENCODE_PRECISION
+    runtime: str = DEFAULT_RUNTIME
 
     @property
     def enabled(self) -> bool:

@@ -216,11 +216,11 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
     try:
         with bulk_load(adapter, config, ck, state):
             if encoder is None:
-                from lr_opensearch.model import DocEncoder
+                from lr_opensearch.model.runtime import open_doc_encoder
 
-                encoder = DocEncoder.from_bundle(bundle, device=config.device,
-                                                 batch_size=config.batch_size,
-                                                 precision=config.encode_precision)
+                encoder = open_doc_encoder(bundle, runtime=config.runtime, device=config.device,
+                                           batch_size=config.batch_size,
+                                           precision=config.encode_precision)
             _load(_Load(config, adapter, bundle, ck, state, dl, summary,
                          Watermark(state.line, state.offset, state.counts)), encoder)
     finally:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
+from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
@@ -29,7 +28,7 @@ from lr_opensearch.model.precision import (
     prepare,
     sparse_exact_top,
 )
-from lr_opensearch.model.settings import RetrieverSettings
+from lr_opensearch.model.settings import DocSettings, RetrieverSettings
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
@@ -38,46 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class DocBatch:
-    """Encoded documents, in input order.
-
-    Attributes:
-        dense: [B, served_dim] float32.
-        sparse: per document, {token_id: weight} with finite weights > max(min_weight, 0),
-            at most top_k entries, special tokens excluded.
-        truncated: per document, whether it was cut to the bundle's max_length.
-    """
-
-    dense: np.ndarray
-    sparse: list[dict[int, float]]
-    truncated: list[bool]
-
-
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@dataclass(frozen=True)
-class DocSettings:
-    """What a document becomes (a bundle's config says it: :meth:`DocEncoder.from_bundle`).
-
-    Attributes:
-        max_length: framed tokens per document at most.
-        served_dim: leading dense dims kept (Matryoshka truncation); None: all.
-        top_k: sparse terms kept per document.
-        min_weight: sparse weights must be strictly above this (and above 0).
-        document_prompt: text before every document (the bundle's ``document_prompt``,
-            e5's "passage: "): framed as ``prefix + prompt + text + suffix``, pooled
-            densely, kept out of the sparse max. Documents only: ``encode`` and
-            ``encode_dense(..., documents=True)``; a query's prompt is part of its text.
-    """
-
-    max_length: int
-    served_dim: int | None = None
-    top_k: int = DEFAULT_SPARSE_TOP_K
-    min_weight: float = 0.0
-    document_prompt: str = ""
 
 
 class DocEncoder:
@@ -135,9 +96,7 @@ class DocEncoder:
             medusa_heads=cfg.medusa_heads or 1, soft_top_k_temperature=cfg.soft_top_k_temperature)
         model = LightRetrieverModel.from_pretrained(bundle.doc_encoder_dir, settings, dtype=dtype,
                                                     tokenizer=bundle.tokenizer)
-        doc = DocSettings(cfg.max_length, cfg.served_dim, cfg.sparse_top_k, cfg.sparse_min_weight,
-                          cfg.document_prompt)
-        return cls(model, bundle.tokenizer, doc, batch_size=batch_size, device=device,
+        return cls(model, bundle.tokenizer, DocSettings.of_bundle(cfg), batch_size=batch_size, device=device,
                    precision=precision)
 
     def encode(self, texts: Sequence[str]) -> DocBatch:
@@ -204,21 +163,10 @@ class DocEncoder:
         return [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
 
 
-def length_batches(rows: Sequence[Sequence[int]], size: int) -> list[list[int]]:
-    """Indices of ``rows`` in batches of ``size``, longest rows first (little padding)."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
-    return [order[start:start + size] for start in range(0, len(order), size)]
-
-
 def padded(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids [b, T] (0 after each row) and attention mask [b, T] of id lists."""
-    length = max(len(r) for r in rows)
-    input_ids = torch.zeros(len(rows), length, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
-    for n, row in enumerate(rows):
-        input_ids[n, : len(row)] = torch.tensor(row)
-        mask[n, : len(row)] = 1
-    return input_ids, mask
+    input_ids, mask = padded_numpy(rows)
+    return torch.from_numpy(input_ids), torch.from_numpy(mask)
 
 
 def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:

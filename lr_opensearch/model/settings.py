@@ -1,11 +1,13 @@
 """``RetrieverSettings``: how a backbone becomes a ``LightRetrieverModel`` (one object where
 ``from_pretrained``, ``from_config`` and the constructor each listed the model's
-hyper-parameters one by one). Imports no torch."""
+hyper-parameters one by one); ``DocSettings``: what a document becomes, on torch or ONNX
+Runtime. Imports no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K, BundleConfig
 from lr_opensearch.options import POOLINGS, QUERY_NORMS, SPARSE_MODES, choice
 
 
@@ -46,3 +48,31 @@ class RetrieverSettings:
             choice("pooling", self.pooling, POOLINGS)
         choice("query_norm", self.query_norm, QUERY_NORMS)
         choice("sparse_mode", self.sparse_mode, SPARSE_MODES)
+
+
+@dataclass(frozen=True)
+class DocSettings:
+    """What a document becomes (a bundle's config says it: :meth:`of_bundle`), on either runtime (``DocEncoder``, ``OnnxDocEncoder``).
+
+    Attributes:
+        max_length: framed tokens per document at most.
+        served_dim: leading dense dims kept (Matryoshka truncation); None: all.
+        top_k: sparse terms kept per document.
+        min_weight: sparse weights must be strictly above this (and above 0).
+        document_prompt: text before every document (the bundle's ``document_prompt``,
+            e5's "passage: "): framed as ``prefix + prompt + text + suffix``, pooled
+            densely, kept out of the sparse max. Documents only: ``encode`` and
+            ``encode_dense(..., documents=True)``; a query's prompt is part of its text.
+    """
+
+    max_length: int
+    served_dim: int | None = None
+    top_k: int = DEFAULT_SPARSE_TOP_K
+    min_weight: float = 0.0
+    document_prompt: str = ""
+
+    @classmethod
+    def of_bundle(cls, config: BundleConfig) -> DocSettings:
+        """What the bundle's config says a document becomes."""
+        return cls(config.max_length, config.served_dim, config.sparse_top_k,
+                   config.sparse_min_weight, config.document_prompt)

@@ -117,6 +117,8 @@ def _ingest_job(project: str, corpus: Path, bundle: Path, tmp_path: Path) -> str
     job.mkdir()
     shutil.copyfile(corpus, job / "corpus.jsonl")
     shutil.copytree(bundle, job / "bundle")
+    graph = _lr("bundle", "onnx", str(job / "bundle"))  # the image has no torch, no network
+    assert graph.returncode == 0, graph.stderr[-2000:]
     index = f"lr-docker-job-{uuid.uuid4().hex[:8]}"
     name = f"{project}-{index}"
     # No --rm: podman 4.3's Docker API reports exit 0 for a removed container whatever its
@@ -176,22 +178,48 @@ def test_search_image_searches_without_torch(docker_opensearch_url: str, host_lo
     assert probe.returncode == 0 and probe.stdout.strip() == "None", probe.stderr[-2000:]
 
 
-def test_project_image_runs_torch_on_the_cpu_without_the_cuda_wheels() -> None:
-    """The project image has no nvidia-*, cuda-* or triton wheel (docker/cuda_stubs.py stands
-    in for the CUDA libraries torch links): torch imports, sees no GPU and computes; the
-    document encoder's forward is checked by the one-shot ingest test (same vectors)."""
+ENCODE_IN_IMAGE = """\
+import importlib.metadata as m, importlib.util as u, json, sys
+from lr_opensearch.bundle import load_bundle
+from lr_opensearch.model import open_doc_encoder
+heavy = sorted(d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].lower()
+               .startswith(('torch', 'transformers', 'nvidia', 'cuda', 'triton')))
+e = open_doc_encoder(load_bundle('/bundle'))
+b = e.encode(json.loads(sys.argv[1]))
+print(json.dumps({"heavy": heavy, "torch": u.find_spec('torch') is not None,
+                  "encoder": type(e).__name__, "dense": b.dense.tolist(),
+                  "sparse": [sorted(s) for s in b.sparse]}))
+"""
+
+
+def test_project_image_has_no_torch_and_encodes_offline_as_the_host(
+        tiny: Path, tmp_path: Path) -> None:
+    """The project image holds no torch, transformers or CUDA wheel; with the network off and
+    only the bundle mounted (its graph put in by ``lr bundle onnx`` on the host) its document
+    encoder runs on ONNX Runtime and gives the host torch encoder's vectors and terms. Its
+    ingest into a node: the one-shot ingest tests below."""
+    import json
+
     from lr_opensearch import __version__
+    from lr_opensearch.model import DocEncoder
 
     ensure_images()
-    code = ("import importlib.metadata as m, torch\n"
-            "gpu = sorted(d.metadata['Name'] for d in m.distributions()\n"
-            "             if d.metadata['Name'].lower().startswith(('nvidia', 'cuda', 'triton')))\n"
-            "print(gpu, torch.cuda.is_available(), float(torch.ones(2, 2).sum()))")
-    run = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python",
-                          f"localhost/lr-opensearch/lr:{__version__}", "-c", code],
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny, bundle)
+    graph = _lr("bundle", "onnx", str(bundle))
+    assert graph.returncode == 0, graph.stderr[-2000:]
+    texts = [d["text"] for d in read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=6)]
+    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", str(os.getuid()),
+                          "-v", f"{bundle}:/bundle:ro", "--entrypoint", "python",
+                          f"localhost/lr-opensearch/lr:{__version__}", "-c", ENCODE_IN_IMAGE,
+                          json.dumps(texts)],
                          capture_output=True, text=True, timeout=300, check=False)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip().splitlines()[-1] == "[] False 4.0"
+    assert run.returncode == 0 and run.stdout.strip(), (run.stdout + run.stderr)[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["heavy"] == [] and got["torch"] is False and got["encoder"] == "OnnxDocEncoder"
+    want = DocEncoder.from_bundle(load_bundle(bundle), device="cpu").encode(texts)
+    np.testing.assert_allclose(np.array(got["dense"]), want.dense, atol=1e-5)
+    assert got["sparse"] == [sorted(t) for t in want.sparse]
 
 
 def test_one_shot_ingest_container(docker_opensearch_url: str, docker_compose_project_name: str,

@@ -250,7 +250,9 @@ def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.
     argv = ["-q", "bundle", "build", "--model", str(model_dir), "--out", str(out), "--instruction", "default=",
             "--instruction", "qa=Find passages", "--served-dim", "16", "--batch-size", "64"]
     assert main(argv) == 0
-    assert f"built {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"built {out}" in printed and f"onnx graph  {out / 'onnx'}" in printed
+    assert (out / "onnx" / "graph.json").is_file()  # ingest then needs no torch (issue 47)
     bundle = load_bundle(out)
     assert dict(bundle.config.instructions) == {"default": "", "qa": "Instruct: Find passages\nQuery: "}
     assert bundle.config.served_dim == 16 and (bundle.doc_encoder_dir / "config.json").is_file()
@@ -258,6 +260,9 @@ def test_cli_bundle_build_from_a_tiny_checkpoint(tmp_path: Path, capsys: pytest.
     a, b = encoder.encode("the tower is tall").dense, encoder.encode("the tower is tall", "qa").dense
     assert a.shape == (16,) and not np.allclose(a, b)
     assert main(argv) == 1  # exists: BundleError, no overwrite
+    bare = tmp_path / "bare"
+    assert main([*argv[:6], str(bare), *argv[7:], "--no-onnx-graph"]) == 0
+    assert not (bare / "onnx").exists() and (bare / "lightretriever.json").is_file()
 
 
 def test_query_norm_is_pinned_in_the_manifest_and_old_bundles_read_rows() -> None:

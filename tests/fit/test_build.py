@@ -169,7 +169,9 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
                         lambda: seen.append("default asked") or torch.device("cpu"))
     kw = {"tables": TableSettings(batch_size=64, max_length=64), "progress": False}
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables1"))
-    build_bundle(model_dir, tmp_path / "b1", fit=FitRecipe(corpora=(corpus,), max_queries=100), **kw)
+    # the fit on torch (--runtime torch; on a CPU the default is ONNX Runtime: test_onnx_runtime)
+    build_bundle(model_dir, tmp_path / "b1", fit=FitRecipe(corpora=(corpus,), max_queries=100,
+                                                           runtime="torch"), **kw)
     assert seen[0] == "default asked" and set(seen[1:]) == {"table cpu", "fit cpu"}
     seen.clear()
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables2"))  # not the cached table

