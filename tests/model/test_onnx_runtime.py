@@ -199,12 +199,23 @@ def test_the_runtime_choice() -> None:
 
 def test_without_torch_a_build_and_a_torch_encoder_say_what_to_install(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``lr bundle build`` cannot do without torch (a decoder LLM backbone, ``--runtime
+    torch``) says so in one line naming it and the extra, before any work."""
+    from model_fixtures import tiny_llama
+
     import lr_opensearch.model.runtime as runtime
     from lr_opensearch.fit.build import build_bundle
+    from lr_opensearch.fit.tables import FitRecipe
 
+    llama = save_model_dir(*tiny_llama(), tmp_path / "llama")
+    bert = save_model_dir(*tiny_bert(), tmp_path / "bert")
     monkeypatch.setattr(runtime, "installed", lambda name: name != "torch")
-    with pytest.raises(ConfigError, match=r"lr bundle build .* needs torch.*lr-opensearch\[train\]"):
-        build_bundle(tmp_path / "no-model", tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"lr bundle build with a decoder backbone .*needs torch"
+                                          r".*lr-opensearch\[train\]"):
+        build_bundle(llama, tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"lr bundle build with --runtime torch needs torch.*\[train\]"):
+        build_bundle(bert, tmp_path / "out", fit=FitRecipe(runtime="torch"))
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"--device cuda.*needs torch.*\[train\]"):
         choose_runtime("auto", kind="encoder", sparse_mode="max", device="cuda", precision="fp32")
 
