@@ -151,6 +151,9 @@ def distill_setting(epochs: int | None) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from lr_opensearch.fit.fitted import require_build_packages
+
+    require_build_packages()
     from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
     from lr_opensearch.fit.pseudo import MAX_QUERIES
     from lr_opensearch.fit.tables import FitRecipe

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,20 @@ def test_bundle_build_without_torch_writes_the_torch_builds_bundle(
     # the fit's targets differ by float rounding (1e-6); the ridge fit and the float16
     # table carry it to a few float16 steps (tests/model/test_onnx_runtime.py)
     assert_same_bundle(tmp_path / "onnx", tmp_path / "torch", table_atol=5e-3)
+
+
+def test_a_build_without_scipy_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """scipy (the fit's solver) is the ``build`` extra's: without it ``lr bundle build`` and a
+    zero-config ingest say so in one line before any work."""
+    import lr_opensearch.model.onnx_graph as onnx_graph
+    from lr_opensearch.cli import main
+    from lr_opensearch.errors import ConfigError
+    from lr_opensearch.fit.fitted import fitted_bundle
+
+    monkeypatch.setattr(onnx_graph, "installed", lambda name: name != "scipy")
+    assert main(["bundle", "build", "--out", str(tmp_path / "out"), "--no-fit"]) == 1
+    assert re.search(r"lr bundle build needs scipy.*lr-opensearch\[build\]", caplog.text)
+    with pytest.raises(ConfigError, match=r"without --bundle\) needs scipy.*\[build\]"):
+        fitted_bundle(tmp_path / "corpus.jsonl")
+    assert not (tmp_path / "out").exists()

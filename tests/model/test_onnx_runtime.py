@@ -310,7 +310,8 @@ def test_a_bundle_built_on_onnx_searches_torch_encoded_documents_alike(
 
 def test_the_ingest_install_pulls_no_torch() -> None:
     """Issue 47 item 2: ``pip install lr-opensearch`` and ``.[ingest]`` declare no torch (nor
-    what only torch needs); ``.[ingest]`` brings ONNX Runtime; ``.[train]`` brings torch."""
+    what only torch needs); ``.[ingest]`` brings ONNX Runtime; ``.[build]`` adds scipy (the
+    table's fit) and no torch; ``.[train]`` brings torch."""
     import re
 
     import tomllib  # Python 3.11+, as tests/apps/test_bench_imports.py
@@ -325,3 +326,7 @@ def test_the_ingest_install_pulls_no_torch() -> None:
     assert not names(project["dependencies"] + extras["ingest"]) & torch_side
     assert {"onnxruntime", "onnx"} <= names(extras["ingest"])
     assert {"torch", "transformers"} <= names(extras["train"])
+    # lr bundle build without torch (issue 47): the ingest extra and scipy, the fit's solver
+    build = names(extras["build"])
+    assert build == {"lr-opensearch", "scipy"} and "lr-opensearch[ingest]" in extras["build"]
+    assert "scipy" not in names(project["dependencies"] + extras["ingest"])
