@@ -4,12 +4,14 @@ do not depend on which runtime built the bundle or encoded the documents."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -151,3 +153,64 @@ def test_a_build_without_scipy_says_what_to_install(
     with pytest.raises(ConfigError, match=r"without --bundle\) needs scipy.*\[build\]"):
         fitted_bundle(tmp_path / "corpus.jsonl")
     assert not (tmp_path / "out").exists()
+
+
+def _top10(bundle: Path, client: Any, index: str, queries: list[str]) -> dict[str, list[Any]]:
+    """Per search mode, per query, the top 10 (id, score) of ``index`` searched with ``bundle``."""
+    from lr_opensearch import Retriever
+
+    retriever = Retriever(load_bundle(bundle), client, index)
+    return {mode: [[(h.doc_id, h.score) for h in hits]
+                   for hits in retriever.search_batch(queries, 10, mode=mode)]
+            for mode in ("hybrid", "dense", "sparse")}
+
+
+def assert_same_results(a: dict[str, list[Any]], b: dict[str, list[Any]], *,
+                        scores: bool = True) -> None:
+    for mode in a:
+        for x, y in zip(a[mode], b[mode], strict=True):
+            assert len(x) == 10 and [i for i, _ in x] == [i for i, _ in y], mode
+            if scores:
+                np.testing.assert_allclose([s for _, s in x], [s for _, s in y], atol=1e-5,
+                                           rtol=0, err_msg=mode)
+
+
+@pytest.mark.node
+@pytest.mark.usefixtures("one_thread")
+def test_search_results_do_not_depend_on_the_runtime(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, os_client: Any, opensearch_url: str,
+        index_name: str) -> None:
+    """Issue 47 item 4: a bundle built on ONNX Runtime searching documents encoded on torch
+    finds what it finds in documents encoded on ONNX Runtime (top 10 ids equal, scores
+    within 1e-5, in every mode), and so does a bundle built on torch; the two bundles rank
+    alike."""
+    from ingest_support import data_dir, ingest_config, read_corpus
+
+    from lr_opensearch.indexing.run import run
+
+    docs = read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=60)
+    corpus = write_jsonl(tmp_path / "adi.jsonl", docs)
+    queries = [json.loads(line)["text"] for line in
+               gzip.open(data_dir() / "adi" / "queries.jsonl.gz", "rt")][:12]
+    model_dir = save_model_dir(*tiny_bert(), tmp_path / "ckpt")
+    monkeypatch.setenv("LR_CACHE_DIR", str(tmp_path / "cache"))
+    kw: dict[str, Any] = {"tables": TableSettings(batch_size=64, max_length=128),
+                          "progress": False, "backbone": BackboneSettings(device="cpu")}
+    bundles = {runtime: build_bundle(model_dir, tmp_path / f"bundle-{runtime}", **kw, fit=FitRecipe(
+        corpora=(corpus,), max_queries=200, runtime="auto" if runtime == "onnx" else "torch"))
+        for runtime in ("onnx", "torch")}
+    results: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    indices = [f"{index_name}-{b}-{r}" for b in bundles for r in ("onnx", "torch")]
+    try:
+        for built, bundle in bundles.items():
+            for encoded in ("onnx", "torch"):
+                index = f"{index_name}-{built}-{encoded}"
+                run(ingest_config(corpus, bundle, index, opensearch_url,
+                                  tmp_path / f"state-{built}-{encoded}", runtime=encoded,
+                                  device="cpu"))
+                results[built, encoded] = _top10(bundle, os_client, index, queries)
+    finally:
+        os_client.indices.delete(index=",".join(indices), ignore_unavailable=True)
+    assert_same_results(results["onnx", "torch"], results["onnx", "onnx"])
+    assert_same_results(results["torch", "onnx"], results["torch", "torch"])
+    assert_same_results(results["onnx", "torch"], results["torch", "onnx"], scores=False)
