@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ingest_support import write_jsonl
+from ingest_support import data_dir, ingest_config, read_corpus, write_jsonl
 from model_fixtures import one_thread, save_model_dir, tiny_bert  # noqa: F401
 from safetensors.numpy import load_file
 from tiny_artifacts import SENTENCES
@@ -184,8 +184,6 @@ def test_search_results_do_not_depend_on_the_runtime(
     finds what it finds in documents encoded on ONNX Runtime (top 10 ids equal, scores
     within 1e-5, in every mode), and so does a bundle built on torch; the two bundles rank
     alike."""
-    from ingest_support import data_dir, ingest_config, read_corpus
-
     from lr_opensearch.indexing.run import run
 
     docs = read_corpus(data_dir() / "adi" / "corpus.jsonl.gz", limit=60)
@@ -214,3 +212,33 @@ def test_search_results_do_not_depend_on_the_runtime(
     assert_same_results(results["onnx", "torch"], results["onnx", "onnx"])
     assert_same_results(results["torch", "onnx"], results["torch", "torch"])
     assert_same_results(results["onnx", "torch"], results["torch", "onnx"], scores=False)
+
+
+def _row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.einsum("ij,ij->i", a, b) / np.maximum(norms, 1e-30)
+
+
+@pytest.mark.slow
+def test_the_packaged_minilm_builds_without_torch_as_with_it(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packaged all-MiniLM-L6-v2 fitted on ADI: ``lr bundle build`` with torch blocked
+    (the jar's graph) and ``--runtime torch`` give the same bundle: every row of the table
+    at cosine >= 0.99999, the doc encoder's files and the query weights byte for byte.
+    (1,000 fit queries keep it short: about 1.5 minutes on two idle cores, both builds.)"""
+    corpus = str(data_dir() / "adi" / "corpus.jsonl.gz")
+    flags = ["--model", "packaged:minilm", "--fit-corpus", corpus, "--fit-max-queries", "1000"]
+    out = build_without_torch(tmp_path, [*flags, "--out", str(tmp_path / "onnx")],
+                              {"LR_TABLE_CACHE": str(tmp_path / "t-onnx")})
+    assert "all-minilm-l6-v2" in out  # the graph is the LangChain4j jar's
+    monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "t-torch"))
+    build_bundle("packaged:minilm", tmp_path / "torch", progress=False,
+                 fit=FitRecipe(corpora=(corpus,), max_queries=1000, runtime="torch"))
+    (unfitted_onnx,), (unfitted_torch,) = (sorted((tmp_path / d).glob("*.safetensors"))
+                                           for d in ("t-onnx", "t-torch"))
+    np.testing.assert_allclose(load_file(str(unfitted_onnx))["table"],
+                               load_file(str(unfitted_torch))["table"], atol=1e-5)
+    a, b = load_bundle(tmp_path / "onnx"), load_bundle(tmp_path / "torch")
+    assert _row_cosines(a.table(), b.table()).min() >= 0.99999
+    assert_same_bundle(tmp_path / "onnx", tmp_path / "torch", table_atol=5e-3)
