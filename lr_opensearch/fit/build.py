@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,8 @@ import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.fit.parts import BackboneParts, TokenTable, fit_with
+from lr_opensearch.fit.tables import FitRecipe, FitResult
 from lr_opensearch.model.checkpoint import Checkpoint
 from lr_opensearch.model.settings import DocSettings
 from lr_opensearch.packaged import resolve_model
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_INSTRUCTIONS: Mapping[str, str] = {"default": ""}
-#: (instruction ids, vocabulary size) -> the unfitted query table [V, H] float32
-TokenTable = Callable[[Sequence[int], int], np.ndarray]
 #: part of every table cache key: raise it when the table's computation changes
 TABLE_CACHE_VERSION = 1
 
@@ -174,7 +173,8 @@ def build_bundle(
     if build_runtime(checkpoint, backbone.device, recipe) == "onnx":
         from lr_opensearch.fit.onnx_build import onnx_backbone
 
-        parts = onnx_backbone(checkpoint, tokenizer, tables, progress=progress,
+        parts = onnx_backbone(checkpoint, tokenizer, max_length=tables.max_length,
+                              batch_size=tables.batch_size, progress=progress,
                               document_prompt=config_fields.get("document_prompt", ""))
         return write_bundle(parts, tokenizer, out_dir, tables=tables, fit=fit,
                             overwrite=overwrite, **config_fields)
@@ -274,25 +274,6 @@ def compute_tables(facts: Checkpoint, tokenizer: Any, instructions: Mapping[str,
     return tables
 
 
-@dataclass(frozen=True)
-class BackboneParts:
-    """What writing a bundle needs of its backbone, on either runtime.
-
-    Attributes:
-        facts: what the bundle's config records (``model.checkpoint.Checkpoint``).
-        token_table: (instruction ids, V) -> the unfitted table [V, H] float32.
-        fit: (unfitted tables, instructions, doc settings, recipe) -> ``FitResult``.
-        save: writes the doc encoder's model files into a directory.
-        fields: further ``BundleConfig`` fields (a Medusa sparse mode's).
-    """
-
-    facts: Checkpoint
-    token_table: TokenTable
-    fit: Callable[[Mapping[str, np.ndarray], Mapping[str, str], DocSettings, FitRecipe], FitResult]
-    save: Callable[[Path], Any]
-    fields: Mapping[str, Any] = field(default_factory=dict)
-
-
 def build_bundle_from_model(
     model: LightRetrieverModel,
     tokenizer: Any,
@@ -352,6 +333,7 @@ def write_bundle(parts: BackboneParts, tokenizer: Any, out_dir: str | Path, *,
     """The one bundle writer of both runtimes: config, unfitted tables (cached), the fit,
     the doc encoder's files, ``save_bundle``."""
     facts = parts.facts
+    assert facts.sparse_head is not None  # the loaded model's, or told by build_runtime's check
     instructions = dict(tables.instructions or DEFAULT_INSTRUCTIONS)
     max_length = tables.max_length or 512
     config_fields.setdefault("default_instruction", next(iter(instructions)))
@@ -400,19 +382,3 @@ def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, 
         return fit_with(encoder, tokenizer, tables, instructions, recipe, progress=progress)
     finally:
         model.train(was_training)
-
-
-def fit_with(encoder: Any, tokenizer: Any, tables: Mapping[str, np.ndarray],
-             instructions: Mapping[str, str], recipe: FitRecipe, *, progress: bool = True,
-             ) -> FitResult:
-    """``fit.fit_bundle_tables`` with targets from ``encoder`` (``DocEncoder`` or
-    ``OnnxDocEncoder``).
-
-    A target is ``encoder.encode_dense([instruction + query])`` at the full dense dim:
-    what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
-    candidate documents are encoded by the same ``encode_dense`` with the document prompt,
-    as ingest encodes them.
-    """
-    return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
-                             progress=progress,
-                             embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch.fit.build import BackboneParts, TableSettings, fit_with
+from lr_opensearch.fit.parts import BackboneParts, fit_with
 from lr_opensearch.fit.tables import FitRecipe, FitResult
 from lr_opensearch.model.checkpoint import Checkpoint, copy_checkpoint
 from lr_opensearch.model.settings import DocSettings
@@ -24,9 +24,12 @@ from lr_opensearch.model.settings import DocSettings
 logger = logging.getLogger(__name__)
 
 
-def onnx_backbone(checkpoint: Checkpoint, tokenizer: Any, tables: TableSettings, *,
-                  document_prompt: str = "", progress: bool = True) -> BackboneParts:
+def onnx_backbone(checkpoint: Checkpoint, tokenizer: Any, *, max_length: int | None,
+                  batch_size: int, document_prompt: str = "", progress: bool = True,
+                  ) -> BackboneParts:
     """The parts of ``checkpoint`` on ONNX Runtime; its graph found and checked first.
+    ``max_length`` (default 512) and ``document_prompt``: what a document becomes (the
+    bundle's); ``batch_size``: table rows per run of the graph.
 
     Raises:
         ConfigError: no graph for the checkpoint here (it names what to install), or one
@@ -40,14 +43,14 @@ def onnx_backbone(checkpoint: Checkpoint, tokenizer: Any, tables: TableSettings,
     graph = ensure_graph(checkpoint.path, checkpoint.sparse_head, tokenizer=tokenizer,
                          vocab_limit=vocab)
     logger.info("lr bundle build on ONNX Runtime (no torch): %s (%s)", graph.path, graph.source)
-    doc = DocSettings(max_length=tables.max_length or 512, document_prompt=document_prompt)
+    doc = DocSettings(max_length=max_length or 512, document_prompt=document_prompt)
     encoder = OnnxDocEncoder(graph, tokenizer, doc, pooling=checkpoint.pooling,
                              normalize=checkpoint.normalize, batch_size=64)
     rows_normalized = checkpoint.normalize and checkpoint.query_norm == "rows"
 
     def token_table(ids: Any, size: int) -> np.ndarray:
         return encoder.token_table(ids, size, normalize_rows=rows_normalized,
-                                   batch_size=tables.batch_size, progress=progress)
+                                   batch_size=batch_size, progress=progress)
 
     def fit(rows: Mapping[str, np.ndarray], instructions: Mapping[str, str], given: DocSettings,
             recipe: FitRecipe) -> FitResult:
