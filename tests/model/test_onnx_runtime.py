@@ -215,6 +215,13 @@ def test_without_torch_a_build_and_a_torch_encoder_say_what_to_install(
         build_bundle(llama, tmp_path / "out")
     with pytest.raises(ConfigError, match=r"lr bundle build with --runtime torch needs torch.*\[train\]"):
         build_bundle(bert, tmp_path / "out", fit=FitRecipe(runtime="torch"))
+    # a checkpoint of one's own with no graph yet: the one-time export needs torch
+    import lr_opensearch.model.onnx_graph as onnx_graph
+
+    monkeypatch.setattr(onnx_graph, "installed", lambda name: name != "torch")
+    monkeypatch.setenv("LR_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .*lr-opensearch\[train\]"):
+        build_bundle(bert, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"--device cuda.*needs torch.*\[train\]"):
         choose_runtime("auto", kind="encoder", sparse_mode="max", device="cuda", precision="fp32")
