@@ -1,10 +1,12 @@
 """Building a model bundle from an HF checkpoint (no training needed) or a trained model.
 
-``build_bundle(model_dir, out_dir)`` loads any local HF directory (default: the packaged
+``build_bundle(model_dir, out_dir)`` reads any local HF directory (default: the packaged
 all-MiniLM-L6-v2), caches one query table per instruction (row t = the document forward of
-``instruction + t``, see ``LightRetrieverModel.token_table``), saves the doc encoder and
-writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` calls
-``build_bundle_from_model`` with its merged model: the same code path.
+``instruction + t``, see ``LightRetrieverModel.token_table``), copies the checkpoint's model
+files as the doc encoder and writes the bundle with ``lr_opensearch.bundle.save_bundle``:
+on ONNX Runtime without torch where ``build_runtime`` says (``fit.onnx_build``), else on
+torch. ``trainer.export`` calls ``build_bundle_from_model`` with its merged model (saved by
+HF): the same writer, ``write_bundle``.
 
 With fit corpora (``lr bundle build --fit-corpus``), the tables are then fitted so that the
 mean of a query's rows approximates the full model's embedding of the query, and IDF
@@ -193,7 +195,7 @@ def build_runtime(checkpoint: Checkpoint, device: str | None, recipe: FitRecipe)
     where ``recipe.runtime`` allows it and the checkpoint has a graph here, else "torch".
 
     Raises:
-            ConfigError: ``--runtime onnx`` where it cannot run, or torch needed and not
+        ConfigError: ``--runtime onnx`` where it cannot run, or torch needed and not
             installed: one line naming the option and the extra, before any work.
     """
     from lr_opensearch.model.runtime import onnx_obstacle, require_torch
