@@ -11,8 +11,8 @@ arithmetic rate against the float32 GEMM peak.
   variant's documents) within it. Test judgments measure here; they never choose anything.
 - **End to end against the limit**: the FLOPs of the whole document pass (backbone and
   full projection, tokens counted with their padding in ``DocEncoder``'s batches of each
-  timed slice) over the variant's seconds, as a fraction of the float32 GEMM peak measured
-  in the same run; for int8 graphs this is the rate of the float32 arithmetic they stand
+  timed slice) over the variant's seconds, as a fraction of the float32 GEMM peak timed in
+  the same rounds (``PeakGemm``); for int8 graphs this is the rate of the float32 arithmetic they stand
   in for, not of their int8 units.
 """
 
@@ -106,6 +106,29 @@ def forward_flops(shape: dict[str, int], batches: list[tuple[Any, Any]]) -> floa
         total += layers * (2 * tokens * (4 * h * h + 2 * h * inter) + 4 * b * length * length * h)
         total += 2 * tokens * h * vocab
     return total
+
+
+class PeakGemm:
+    """The float32 GEMM peak timed among the variants: ``_timed_rounds`` calls ``encode``
+    once per slice, in the rotation, so that load hits it as it hits them. Each call is one
+    ``[tokens, hidden] x [hidden, width]`` product (the backbone's feed-forward shape),
+    ``tokens`` the slice's padded token count (``slice_tokens``, in order); it returns its FLOPs."""
+
+    def __init__(self, slice_tokens: list[int], hidden: int, width: int) -> None:
+        import torch
+
+        self._tokens = iter(slice_tokens)
+        gen = torch.Generator().manual_seed(0)
+        self._a = torch.randn(max(slice_tokens), hidden, generator=gen)
+        self._w = torch.randn(hidden, width, generator=gen)
+
+    def encode(self, texts: list[str]) -> float:
+        import torch
+
+        tokens = next(self._tokens)
+        with torch.inference_mode():
+            torch.matmul(self._a[:tokens], self._w)
+        return 2.0 * tokens * self._a.shape[1] * self._w.shape[1]
 
 
 def print_checks(report: dict[str, Any]) -> None:
