@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                                 for a, b in zip(sparse, base_sparse, strict=True)),
             "sparse_terms_differing": sum(len(a.keys() ^ b.keys())
                                           for a, b in zip(sparse, base_sparse, strict=True)),
+            "sparse_terms_beyond_ties": sum(_checks.beyond_ties(a, b) for a, b in zip(sparse, base_sparse, strict=True)),
             "sparse_weight_gap_max": max((abs(a[t] - b[t]) for a, b in zip(sparse, base_sparse, strict=True)
                                           for t in a.keys() & b.keys()), default=0.0),
             "query_cos_min": float(cos_q.min()), "query_cos_mean": float(cos_q.mean()),

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from encode_checks import equal, int8_gate, sparse_scores  # noqa: E402
+from encode_checks import beyond_ties, equal, int8_gate, sparse_scores  # noqa: E402
 from onnx_variants import check_int8_graph  # noqa: E402
 
 
@@ -68,6 +68,19 @@ def _variant(cos: float, terms: int, gap: float, **ndcg: float) -> dict:
     (0.999995, 0, 1e-4, True), (0.99998, 0, 0.0, False), (1.0, 1, 0.0, False), (1.0, 0, 2e-4, False)])
 def test_equality_needs_every_criterion(cos: float, terms: int, gap: float, expected: bool) -> None:
     assert equal(_variant(cos, terms, gap)) is expected
+
+
+def test_a_swap_at_the_full_top_k_boundary_inside_the_weight_gap_is_a_tie() -> None:
+    """SciFact 1286352: the 128th term is 7730 at 1.4780086 on torch, 20932 at 1.4780083 on
+    ONNX Runtime; a swap inside the float noise at the last place is a tie, nothing else is."""
+    torch_side = {1: 3.0, 2: 2.0, 7730: 1.4780086}
+    onnx_side = {1: 3.0, 2: 2.0, 20932: 1.4780083}
+    assert beyond_ties(torch_side, onnx_side) == 0
+    assert equal({**_variant(1.0, 2, 3e-7), "sparse_terms_beyond_ties": 0})
+    assert beyond_ties(torch_side, {1: 3.0, 2: 2.0, 20932: 1.47}) == 2  # apart by more than the gap
+    assert beyond_ties({1: 3.0, 2: 2.0, 7: 1.0}, {1: 3.0, 9: 2.0, 7: 1.0}) == 2  # not at the boundary
+    assert beyond_ties({1: 3.0, 2: 2.0}, {1: 3.0, 2: 2.0, 20932: 2.0}) == 1  # the top-k is not full
+    assert not equal({**_variant(1.0, 2, 3e-7), "sparse_terms_beyond_ties": 2})
 
 
 def test_the_int8_gate_takes_the_worst_gap_of_every_split_and_run() -> None:
