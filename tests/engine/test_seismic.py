@@ -136,7 +136,6 @@ def test_above_the_threshold_seismic_approximates(adi: Any, os_client: Any) -> N
     # run), so the bound is 0.6: five times what ten documents drawn at random from ADI's 82
     # share with the exact top 10 (0.12), and still well below an exact search's 1.0.
     assert sum(overlap) / len(overlap) >= 0.6, overlap
-    assert min(overlap) < 1.0 or moved, overlap
     assert moved  # quantised scores: SEISMIC ran, not the exact fallback
 
 
