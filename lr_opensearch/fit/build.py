@@ -146,9 +146,11 @@ def build_bundle(
     Returns:
         The bundle path.
     """
-    from tokenizers import Tokenizer
-
-    from lr_opensearch.model.checkpoint import read_checkpoint, sentence_transformers_settings
+    from lr_opensearch.model.checkpoint import (
+        read_checkpoint,
+        read_tokenizer,
+        sentence_transformers_settings,
+    )
     from lr_opensearch.model.settings import RetrieverSettings
 
     backbone = backbone or BackboneSettings()
@@ -164,10 +166,7 @@ def build_bundle(
                                  sparse_head=backbone.sparse_head)
     checkpoint = read_checkpoint(source, settings)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
-    if not (source / "tokenizer.json").is_file():
-        raise ConfigError(f"{source}: no tokenizer.json (HF tokenizers format) beside the "
-                          "weights; save the tokenizer with save_pretrained")
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer = read_tokenizer(source)
     tables = dataclasses.replace(
         tables, max_length=tables.max_length or default_max_length(checkpoint.max_positions, source),
         cache_key=model_files_key(source), source_dir=source)

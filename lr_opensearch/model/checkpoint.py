@@ -91,6 +91,33 @@ def sentence_transformers_settings(model_dir: Path) -> dict[str, Any]:
     return found
 
 
+def resolved_pooling(model_dir: Path, settings: RetrieverSettings, kind: str) -> tuple[str, bool]:
+    """(pooling, normalize) as a model from ``model_dir`` uses them: ``settings``' where set,
+    else the directory's sentence-transformers files, else "last" for decoders and "cls"
+    for encoders, unnormalised."""
+    st = sentence_transformers_settings(model_dir)
+    pooling = settings.pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
+    normalize = settings.normalize
+    if normalize is None:
+        normalize = bool(st.get("normalize", False))
+    return str(pooling), bool(normalize)
+
+
+def read_tokenizer(model_dir: Path) -> Any:
+    """The ``tokenizers.Tokenizer`` of ``model_dir``'s tokenizer.json.
+
+    Raises:
+        ConfigError: there is none (named, with what to do).
+    """
+    from tokenizers import Tokenizer
+
+    tok_file = model_dir / "tokenizer.json"
+    if not tok_file.is_file():
+        raise ConfigError(f"{model_dir}: no tokenizer.json (HF tokenizers format) beside the "
+                          "weights; save the tokenizer with save_pretrained")
+    return Tokenizer.from_file(str(tok_file))
+
+
 def eos_token_id(config: Any) -> int | None:
     """The first EOS id of an HF config (some configs hold a list)."""
     eos = getattr(config, "eos_token_id", None)
@@ -166,15 +193,11 @@ def read_checkpoint(model_dir: Path, settings: RetrieverSettings | None = None) 
     config = SimpleNamespace(**{"model_type": "", **raw})
     architecture = default_architecture(config)
     kind = settings.kind or infer_kind(config, architecture)
-    st = sentence_transformers_settings(model_dir)
-    pooling = settings.pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
-    normalize = settings.normalize
-    if normalize is None:
-        normalize = bool(st.get("normalize", False))
+    pooling, normalize = resolved_pooling(model_dir, settings, kind)
     max_positions = raw.get("max_position_embeddings")
     return Checkpoint(
-        path=model_dir, architecture=architecture, kind=kind, pooling=str(pooling),
-        normalize=bool(normalize), query_norm=settings.query_norm, sparse_mode=settings.sparse_mode,
+        path=model_dir, architecture=architecture, kind=kind, pooling=pooling,
+        normalize=normalize, query_norm=settings.query_norm, sparse_mode=settings.sparse_mode,
         sparse_head=head_kind(architecture, settings.sparse_head),
         hidden_size=int(raw["hidden_size"]), vocab_size=int(raw["vocab_size"]),
         max_positions=None if max_positions is None else int(max_positions))
