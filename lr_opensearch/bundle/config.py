@@ -82,6 +82,10 @@ class BundleConfig:
     #: count in the dense pooling but not in the sparse max (``DocEncoder``). Left out of
     #: the manifest when empty, so bundles written before the field keep their ids.
     document_prompt: str = ""
+    #: the doc encoder's "max" sparse vector goes through a fitted per-term scale and bias
+    #: (``doc_encoder/sparse_term_affine.safetensors``, ``model.term_affine``; issue 48).
+    #: Left out of the manifest when False, so bundles written before the field keep their ids.
+    sparse_term_affine: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
@@ -92,6 +96,9 @@ class BundleConfig:
         _choice("query_norm", self.query_norm, QUERY_NORMS)
         _choice("key_encoding", self.key_encoding, (KEY_ENCODING,))
         _choice("sparse_mode", self.sparse_mode, SPARSE_MODES)
+        if self.sparse_term_affine and self.sparse_mode != "max":
+            raise BundleError(f"BundleConfig: sparse_term_affine applies to sparse_mode 'max', "
+                              f"not {self.sparse_mode!r}")
         if self.sparse_mode != "max" and (self.medusa_heads < 1 or not self.soft_top_k_temperature > 0):
             raise BundleError(f"BundleConfig: sparse_mode {self.sparse_mode!r} needs medusa_heads >= 1 "
                               f"and soft_top_k_temperature > 0, got {self.medusa_heads} and "
@@ -131,6 +138,8 @@ class BundleConfig:
                 del out[name]
         if not self.document_prompt:
             del out["document_prompt"]
+        if not self.sparse_term_affine:
+            del out["sparse_term_affine"]
         return out
 
     @classmethod

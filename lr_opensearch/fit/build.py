@@ -31,7 +31,7 @@ import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.fit.tables import FitInputs, FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -269,6 +269,10 @@ def build_bundle_from_model(
         result = fit_tables(model, tokenizer, rows, instructions, max_length, fit,
                             progress=progress, document_prompt=config.document_prompt)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
+        if fit.sparse is not None and result.inputs is not None:
+            stats["sparse"] = fit_sparse(model, tokenizer, result.inputs, fit, max_length,
+                                         document_prompt=config.document_prompt, progress=progress)
+            config = dataclasses.replace(config, sparse_term_affine=True)
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
         model.save_pretrained(doc_dir)
@@ -284,6 +288,32 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
         return {}
     return {"sparse_mode": model.sparse_mode, "medusa_heads": model.medusa.heads,
             "soft_top_k_temperature": model.soft_top_k_temperature}
+
+
+def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, recipe: FitRecipe,
+               max_length: int, *, document_prompt: str = "", progress: bool = True) -> dict[str, Any]:
+    """Fit the sparse head's per-term scale and bias (``fit.sparse``) on the table fit's
+    documents and pseudo-queries, set it on ``model`` (saved with its doc encoder) and
+    return the record of the fit. Documents are encoded as ingest encodes them, at the
+    recipe's precision."""
+    from lr_opensearch.fit.sparse_head import fit_sparse_head
+    from lr_opensearch.model import DocEncoder
+
+    if recipe.sparse is None:
+        raise ValueError("fit_sparse needs a recipe with sparse settings")
+    if model.medusa is not None:
+        raise ConfigError(f"--fit-sparse fits the 'max' sparse head; this model's sparse_mode is "
+                          f"{model.sparse_mode!r}; build without --fit-sparse")
+    was_training = model.training
+    model.set_term_affine(None)
+    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=32,
+                         precision=recipe.encode_precision, document_prompt=document_prompt)
+    try:
+        head, stats = fit_sparse_head(encoder, inputs, recipe.sparse, progress=progress)
+    finally:
+        model.train(was_training)
+    model.set_term_affine(head)
+    return stats.to_dict()
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],

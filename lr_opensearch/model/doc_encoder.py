@@ -117,7 +117,8 @@ class DocEncoder:
             normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype,
             tokenizer=bundle.tokenizer, sparse_mode=cfg.sparse_mode,
             medusa_heads=cfg.medusa_heads or 1,
-            soft_top_k_temperature=cfg.soft_top_k_temperature)
+            soft_top_k_temperature=cfg.soft_top_k_temperature,
+            term_affine=cfg.sparse_term_affine)
         return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
                    top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
                    batch_size=batch_size, device=device, precision=precision,
@@ -132,6 +133,25 @@ class DocEncoder:
         prompt: the fit's targets, ``full-dense``), or with ``documents`` of documents
         (``encode(texts).dense``: the document prompt added)."""
         return self._run(texts, sparse=False, documents=documents).dense
+
+    def encode_maxima(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, V] float16: documents' pre-activation sparse maxima before any fitted scale
+        and bias (``LightRetrieverModel.document_maxima``; the input of ``fit.sparse``),
+        framed and batched as ``encode`` frames them. A document without a content token (``-inf``
+        maxima) is stored as -1e4 (no term: float16 has no room for less)."""
+        ids, _ = tokenize_texts(self.tokenizer, texts, self._doc_framing, self.max_length)
+        out: np.ndarray | None = None
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded([ids[i] for i in chunk])
+            with torch.inference_mode():
+                maxima = self.model.document_maxima(input_ids.to(self.device), mask.to(self.device),
+                                                    prompt_tokens=self._prompt_tokens)
+            maxima = maxima[:, : self.vocab_limit].float().cpu().numpy()
+            if out is None:
+                out = np.empty((len(ids), maxima.shape[1]), np.float16)
+            out[chunk] = np.nan_to_num(maxima, neginf=-1e4).astype(np.float16)
+        assert out is not None
+        return out
 
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
         framing = self._doc_framing if documents else self.model.framing

@@ -36,6 +36,7 @@ from lr_opensearch.model.loading import (
 )
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
+from lr_opensearch.model.term_affine import TERM_AFFINE_FILE, TermAffine
 from lr_opensearch.options import POOLINGS, QUERY_NORMS, SPARSE_MODES, choice
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,9 @@ class LightRetrieverModel(nn.Module):
         #: None: the body's own dtype. ``precision.prepare`` sets it on a copy ("mixed").
         self.body_autocast: torch.dtype | None = None
         self.medusa: MedusaHeads | None = None
+        #: the fitted per-term scale and bias of the "max" sparse vector (``term_affine``);
+        #: None: the head as it is
+        self.term_affine: TermAffine | None = None
         if sparse_mode != "max":
             if not framing.suffix:
                 raise ConfigError(f"sparse_mode {sparse_mode!r} reads p_eos at the framing's end "
@@ -126,13 +130,17 @@ class LightRetrieverModel(nn.Module):
                         pooling: str | None = None, normalize: bool | None = False,
                         sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
                         name: str | None = None, tokenizer: Any = None,
-                        query_norm: str = "rows", **sparse: Any) -> LightRetrieverModel:
+                        query_norm: str = "rows", term_affine: bool | None = None,
+                        **sparse: Any) -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
 
         ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
         ``sparse`` holds ``sparse_mode`` / ``medusa_heads`` / ``soft_top_k_temperature``;
         in a Medusa mode the heads are read from ``medusa.safetensors`` in the directory
         when it has one (a bundle's doc encoder), else start from the projection (training).
+        ``term_affine``: read the fitted sparse scale and bias (``sparse_term_affine.safetensors``,
+        ``model.term_affine``): True requires the file, False ignores it, None reads it if
+        the directory has one.
 
         ``kind`` is detected from config.json; ``pooling`` defaults to the directory's
         sentence-transformers setting, else "last" for decoders and "cls" for encoders.
@@ -160,7 +168,20 @@ class LightRetrieverModel(nn.Module):
                            architecture=architecture, name=str(name), **sparse)
         if model.medusa is not None and (model_dir / MEDUSA_FILE).is_file():
             model.medusa.load(model_dir / MEDUSA_FILE)
+        affine_file = model_dir / TERM_AFFINE_FILE
+        if term_affine or (term_affine is None and affine_file.is_file()):
+            if not affine_file.is_file():
+                raise ConfigError(f"{model_dir}: no {TERM_AFFINE_FILE} (the fitted sparse scale and "
+                                  "bias the bundle names); rebuild the bundle")
+            model.set_term_affine(TermAffine.load(affine_file, model.vocab_size))
         return model
+
+    def set_term_affine(self, head: TermAffine | None) -> None:
+        """Use ``head`` on the "max" sparse vector (None: the head as it is)."""
+        if head is not None and self.medusa is not None:
+            raise ConfigError(f"a fitted sparse scale and bias applies to sparse_mode 'max', "
+                              f"not {self.sparse_mode!r}")
+        self.term_affine = None if head is None else head.to(self.device)
 
     @classmethod
     def from_config(cls, config: Any, *, architecture: str | None = None,
@@ -261,9 +282,22 @@ class LightRetrieverModel(nn.Module):
                             self.sparse_mode)
             return DocOutput(dense=dense, sparse=out.sparse, head_logits=out.head_logits,
                              base_logits=out.base_logits)
+        if self.term_affine is not None:
+            exact_top = None  # the screen proves the top of the raw maxima, not of a*z + c
         maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens),
                                 weight, bias, exact_top=exact_top)
+        if self.term_affine is not None:
+            maxima = self.term_affine(maxima)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
+
+    def document_maxima(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                        prompt_tokens: int = 0) -> torch.Tensor:
+        """[B, V] the "max" mode's pre-activation maxima of documents, before any
+        ``term_affine`` (what ``fit.sparse`` fits it on); arguments as ``encode_documents``."""
+        hidden, mask, _ = self._dense_forward(input_ids, attention_mask)
+        weight, bias = self.head.projection(self.hf)
+        return projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens),
+                              weight, bias)
 
     def content_mask(self, mask: torch.Tensor, prompt_tokens: int = 0) -> torch.Tensor:
         """[B, T] bool: the real tokens minus the framing's special positions (the first
@@ -392,6 +426,8 @@ class LightRetrieverModel(nn.Module):
         hf.save_pretrained(out)
         if self.medusa is not None:
             self.medusa.save(out / MEDUSA_FILE)
+        if self.term_affine is not None:
+            self.term_affine.save(out / TERM_AFFINE_FILE)
         return out
 
 
