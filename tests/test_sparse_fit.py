@@ -149,6 +149,9 @@ def test_a_bundle_with_the_fitted_head_round_trips_and_one_without_keeps_its_id(
     record = fitted.manifest["fit"]["sparse"]
     assert record["queries"] > 0 and record["config"]["epochs"] == 2
     assert f"doc_encoder/{TERM_AFFINE_FILE}" in fitted.manifest["files"]
+    from lr_opensearch.cli.bundle import fit_lines
+
+    assert any("sparse doc  per-term scale and bias: 2 epochs" in line for line in fit_lines(fitted.fit, "idf"))
     head = TermAffine.load(fitted.doc_encoder_dir / TERM_AFFINE_FILE, fitted.vocab_size)
     assert not torch.allclose(head.bias, torch.zeros_like(head.bias))
     # the bundle's doc encoder = the checkpoint with the saved head
@@ -195,3 +198,45 @@ def test_cli_fit_sparse_setting() -> None:
     assert sparse_setting(4).epochs == 4
     with pytest.raises(ConfigError, match="--fit-sparse must be >= 0"):
         sparse_setting(-1)
+
+
+@pytest.mark.slow
+@pytest.mark.node
+def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
+        opensearch_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real model: `lr bundle build --fit-corpus ADI --fit-sparse 1`, then `lr eval` on
+    the node (ingest through the bundle's doc encoder with its fitted head, the sparse leg
+    searched as it is served); the index's stored terms are the fitted head's."""
+    from ingest_support import data_dir
+
+    from lr_opensearch.cli import main
+    from lr_opensearch.engine.client import make_client
+
+    adi = data_dir() / "adi"
+    out = tmp_path / "bundle"
+    assert main(["bundle", "build", "--fit-corpus", str(adi / "corpus.jsonl.gz"), "--fit-sparse", "1",
+                 "--out", str(out)]) == 0
+    bundle = load_bundle(out)
+    assert bundle.config.sparse_term_affine and bundle.fit["sparse"]["documents"] == 82
+    index = f"lr-sparse-fit-{bundle.bundle_id[:12]}"
+    client = make_client(opensearch_url)
+    try:
+        capsys.readouterr()
+        assert main(["eval", "--dataset", str(adi), "--bundle", str(out), "--index", index,
+                     "--url", opensearch_url, "--runs", "bm25,lr-sparse,lr-hybrid", "--no-sweep",
+                     "--out", str(tmp_path / "eval"), "--json"]) == 0
+        runs = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]
+        print("\n[sparse fit] lr eval ADI nDCG@10: " + ", ".join(f"{k} {v['ndcg@10']:.4f}" for k, v in runs.items()))
+        assert all(0.1 < r["ndcg@10"] <= 1.0 for r in runs.values())
+        first = client.search(index=index, body={"size": 1, "query": {"match_all": {}}})["hits"]["hits"][0]
+        from lr_opensearch.indexing.documents import SparseKeys
+        from lr_opensearch.instructions import document_text
+
+        src, keys = first["_source"], SparseKeys(bundle.tokenizer)
+        ids = DocEncoder.from_bundle(bundle, device="cpu").encode(
+            [document_text(src.get("title") or "", src.get("text") or "")]).sparse[0]
+        want = {keys.key(t): w for t, w in ids.items()}
+        assert src["lr_sparse"].keys() == want.keys()
+        np.testing.assert_allclose([src["lr_sparse"][k] for k in want], list(want.values()), rtol=1e-3)
+    finally:
+        client.indices.delete(index=index, ignore_unavailable=True)

@@ -12,11 +12,13 @@ matrix (``tied``), which nobody trained to predict query terms. This module fits
 pseudo-queries: each pseudo-query's IDF vector ``q`` should score its source document above
 every other sampled document,
 
-    L = CE(softmax_d(q . s'(d)), source) + flops * FLOPS(s') / FLOPS(s) + anchor * mean(u^2 + c^2)
+    L = mean_q CE(softmax_d(q . s'(d)), source) + flops * FLOPS(s') / FLOPS(s)
+        + anchor * sum_t (u_t^2 + c_t^2) / n
 
 with FLOPS(s) = sum_t (mean_d s_t(d))^2 over a sample of documents (Paria et al. 2020, the
 SPLADE regulariser), relative to the head as it was so that its weight reads the same on
-every corpus; ``anchor`` keeps terms that no pseudo-query names near ``a = 1, c = 0``. As
+every corpus; the ``anchor`` (a Gaussian prior over the n training queries) keeps terms
+that few pseudo-queries name near ``a = 1, c = 0``. As
 ``a_t z + c_t`` is increasing, the max over positions commutes with it: the documents'
 maxima ``z`` ([N, V], one encoder pass, ``DocEncoder.encode_maxima``) are all the fit needs,
 and the scores of a batch need only the columns of its queries' tokens. Every sampled
@@ -50,7 +52,8 @@ class SparseFitConfig:
         batch: queries per step.
         lr: Adam step size on u = log a and c.
         flops: weight of the FLOPS penalty relative to the unfitted head's.
-        anchor: weight of mean(u^2 + c^2), pulling unseen terms back to the unfitted head.
+        anchor: weight of sum(u^2 + c^2) / n (n training queries): a Gaussian prior pulling
+            terms few queries name back to the unfitted head.
         flops_docs: documents per step the FLOPS penalty is measured on.
         holdout: share of pseudo-queries held back to report the source document's rank.
         max_docs: cap on the documents encoded (a uniform sample of the fit's documents).
@@ -60,7 +63,7 @@ class SparseFitConfig:
     batch: int = 256
     lr: float = 0.05
     flops: float = 1.0
-    anchor: float = 1e-3
+    anchor: float = 1.0
     flops_docs: int = 512
     holdout: float = 0.05
     max_docs: int = 6000

@@ -101,7 +101,7 @@ def fit_term_affine(maxima: np.ndarray, queries: QuerySet, config: SparseFitConf
                 loss = torch.nn.functional.cross_entropy(scores, torch.from_numpy(queries.sources[rows]))
                 docs = torch.from_numpy(rng.choice(n_docs, min(n_docs, config.flops_docs), replace=False))
                 loss = loss + config.flops * _flops(z[docs], u, c) / max(flops0, 1e-12)
-                loss = loss + config.anchor * (u.square().mean() + c.square().mean())
+                loss = loss + config.anchor * (u.square().sum() + c.square().sum()) / len(train)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
