@@ -142,6 +142,31 @@ def evaluate(docs: sp.csr_matrix, ids: list[str], name: str, tokenizer: Any, idf
     return out
 
 
+def explain(work: Path, name: str, variant: str, tokenizer: Any, excluded: list[int], k: int,
+            docs: int = 3, show: int = 12) -> list[dict[str, Any]]:
+    """For the first ``docs`` documents of a collection: the terms the fitted head
+    (``W/<c>/head-<variant>.npz``) adds to a document's stored top ``k`` and those it drops,
+    heaviest first, beside the terms both keep."""
+    maxima = np.load(work / name / "maxima.npy", mmap_mode="r")[:docs]
+    head = np.load(work / name / f"head-{variant.replace(':', '_')}.npz")
+    vocab = maxima.shape[1]
+    before = doc_matrix(np.asarray(maxima), np.ones(vocab, np.float32), np.zeros(vocab, np.float32), excluded, k)
+    after = doc_matrix(np.asarray(maxima), head["scale"], head["bias"], excluded, k)
+    out = []
+    for d in range(docs):
+        b = dict(zip(before[d].indices.tolist(), before[d].data.tolist(), strict=True))
+        a = dict(zip(after[d].indices.tolist(), after[d].data.tolist(), strict=True))
+
+        def words(ids: list[int], weights: dict[int, float]) -> list[str]:
+            top = sorted(ids, key=lambda t: -weights[t])[:show]
+            return [f"{tokenizer.id_to_token(t)} {weights[t]:.2f}" for t in top]
+
+        out.append({"doc": d, "added": words([t for t in a if t not in b], a),
+                    "dropped": words([t for t in b if t not in a], b),
+                    "kept_top": words([t for t in a if t in b], a), "kept": len(set(a) & set(b))})
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)
@@ -149,6 +174,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--top-k", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--explain", default=None, metavar="VARIANT",
+                        help="print the terms VARIANT's saved head adds / drops on the first 3 documents")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from lr_opensearch.fit.sparse_head import fit_term_affine
@@ -156,6 +183,11 @@ def main() -> int:
 
     encoder = load_encoder()
     excluded = special_token_ids(encoder.tokenizer)
+    if args.explain:
+        for name in args.collection or ["scifact"]:
+            print(json.dumps(explain(args.work, name, args.explain, encoder.tokenizer, excluded, args.top_k),
+                             indent=1))
+        return 0
     results: dict[str, Any] = {}
     for name in args.collection or ["scifact"]:
         c = collection_inputs(name, encoder, args.work)

@@ -38,6 +38,8 @@ fitting the query table:
   --fit-distill 3 then teaches the table the full model's ranking of the corpus's
   documents (it encodes up to 6,000 of them: about +20 % build time); measured: SciFact
   train dense 0.632 -> 0.648, LR hybrid +0.005 on ADI/CISI/Cranfield (docs/RESULTS.md).
+  --fit-sparse N fits the sparse document side on the same pseudo-queries (a per-term
+  scale and bias on the sparse head; the query side does not change): docs/results/sparse.md.
   Without --fit-corpus the bundle keeps the UNFITTED table and count weights (a warning
   says so); --no-fit does the same silently. The small sample corpus shipped with
   lr-opensearch is not used for a default fit: fitting on it would reshape only the rows
