@@ -141,12 +141,12 @@ def test_a_bundle_with_the_fitted_head_round_trips_and_one_without_keeps_its_id(
     plain = load_bundle(build_bundle(model_dir, tmp_path / "plain", **kw,
                                      fit=FitRecipe(corpora=(corpus,), max_queries=100, sparse=None)))
     assert "sparse_term_affine" not in plain.manifest["config"]
-    assert "sparse" not in plain.manifest["fit"]
+    assert "sparse_doc" not in plain.manifest["fit"]
     assert not (plain.doc_encoder_dir / TERM_AFFINE_FILE).exists()
     fitted = load_bundle(build_bundle(model_dir, tmp_path / "fitted", **kw, fit=FitRecipe(
         corpora=(corpus,), max_queries=100, sparse=SparseFitConfig(epochs=2, batch=32))))
     assert fitted.config.sparse_term_affine is True
-    record = fitted.manifest["fit"]["sparse"]
+    record = fitted.manifest["fit"]["sparse_doc"]
     assert record["queries"] > 0 and record["config"]["epochs"] == 2
     assert f"doc_encoder/{TERM_AFFINE_FILE}" in fitted.manifest["files"]
     from lr_opensearch.cli.bundle import fit_lines
@@ -217,7 +217,7 @@ def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
     assert main(["bundle", "build", "--fit-corpus", str(adi / "corpus.jsonl.gz"), "--fit-sparse", "1",
                  "--out", str(out)]) == 0
     bundle = load_bundle(out)
-    assert bundle.config.sparse_term_affine and bundle.fit["sparse"]["documents"] == 82
+    assert bundle.config.sparse_term_affine and bundle.fit["sparse_doc"]["documents"] == 82
     index = f"lr-sparse-fit-{bundle.bundle_id[:12]}"
     client = make_client(opensearch_url)
     try:

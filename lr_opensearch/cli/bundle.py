@@ -221,7 +221,7 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
                          f"{d['candidates']} candidates of {d['documents']} documents, top-10 "
                          f"agreement with the full model {d['top10_agreement_before']:.3f} -> "
                          f"{d['top10_agreement_after']:.3f} ({d['seconds']:.0f} s)")
-    if sp := fit.get("sparse"):
+    if sp := fit.get("sparse_doc"):
         lines.append(f"sparse doc  per-term scale and bias: {sp['config']['epochs']} epochs on "
                      f"{sp['queries']} queries x {sp['documents']} documents, held-back MRR "
                      f"{sp['holdout_mrr_before']:.3f} -> {sp['holdout_mrr_after']:.3f}, terms per "

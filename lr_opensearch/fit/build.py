@@ -270,7 +270,7 @@ def build_bundle_from_model(
                             progress=progress, document_prompt=config.document_prompt)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
         if fit.sparse is not None and result.inputs is not None:
-            stats["sparse"] = fit_sparse(model, tokenizer, result.inputs, fit, max_length,
+            stats["sparse_doc"] = fit_sparse(model, tokenizer, result.inputs, fit, max_length,
                                          document_prompt=config.document_prompt, progress=progress)
             config = dataclasses.replace(config, sparse_term_affine=True)
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:

@@ -76,7 +76,7 @@ class SparseFitConfig:
 
 @dataclass
 class SparseFitStats:
-    """What the sparse fit did (the manifest's ``fit.sparse``)."""
+    """What the sparse fit did (the manifest's ``fit.sparse_doc``)."""
 
     config: dict[str, Any]
     documents: int
