@@ -132,30 +132,30 @@ def parse_instructions(items: list[str]) -> dict[str, str] | None:
     return out
 
 
-def distill_setting(epochs: int | None) -> Any:
-    """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
+def epochs_setting(flag: str, epochs: int | None, default: Any, make: Any) -> Any:
+    """``--fit-distill`` / ``--fit-sparse``: None = the recipe's ``default``, 0 = off, N = N
+    epochs of it (``make()`` where the default is off)."""
     import dataclasses
 
+    if epochs is None:
+        return default
+    if epochs < 0:
+        raise ConfigError(f"{flag} must be >= 0 epochs (0 = off), got {epochs}")
+    return dataclasses.replace(default or make(), epochs=epochs) if epochs else None
+
+
+def distill_setting(epochs: int | None) -> Any:
+    """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
     from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig
 
-    if epochs is None:
-        return DEFAULT_DISTILL
-    if epochs < 0:
-        raise ConfigError(f"--fit-distill must be >= 0 epochs (0 = off), got {epochs}")
-    return dataclasses.replace(DEFAULT_DISTILL or DistillConfig(), epochs=epochs) if epochs else None
+    return epochs_setting("--fit-distill", epochs, DEFAULT_DISTILL, DistillConfig)
 
 
 def sparse_setting(epochs: int | None) -> Any:
     """``--fit-sparse``: None = the default recipe, 0 = off, N = N epochs of it."""
-    import dataclasses
-
     from lr_opensearch.fit.sparse import DEFAULT_SPARSE_FIT, SparseFitConfig
 
-    if epochs is None:
-        return DEFAULT_SPARSE_FIT
-    if epochs < 0:
-        raise ConfigError(f"--fit-sparse must be >= 0 epochs (0 = off), got {epochs}")
-    return dataclasses.replace(DEFAULT_SPARSE_FIT or SparseFitConfig(), epochs=epochs) if epochs else None
+    return epochs_setting("--fit-sparse", epochs, DEFAULT_SPARSE_FIT, SparseFitConfig)
 
 
 def run_build(args: argparse.Namespace) -> int:
