@@ -50,7 +50,7 @@ from lr_opensearch.bundle.keys import encode_key  # noqa: E402
 from lr_opensearch.evaluation.beir import compute_metrics, iter_jsonl, load_beir  # noqa: E402
 from lr_opensearch.indexing.reader import document_text  # noqa: E402
 from lr_opensearch.legs import DEFAULT_RANK_CONSTANT  # noqa: E402
-from lr_opensearch.model import DocEncoder  # noqa: E402
+from lr_opensearch.model import DocEncoder, DocSettings  # noqa: E402
 from trainer.config import config_from_dict  # noqa: E402
 from trainer.train import Trainer  # noqa: E402
 
@@ -135,7 +135,8 @@ def evaluate(trainer: Trainer, dataset: Any, corpus: dict[str, str]) -> dict[str
     """nDCG@10 of the sparse leg at every k, the dense leg, and their RRF hybrid."""
     model, tok = trainer.model, trainer.tokenizer
     model.eval()
-    encoder = DocEncoder(model, tok, max_length=MAX_LENGTH, top_k=max(KS), batch_size=32, device="cpu")
+    encoder = DocEncoder(model, tok, DocSettings(max_length=MAX_LENGTH, top_k=max(KS)),
+                         batch_size=32, device="cpu")
     ids, texts = list(corpus), list(corpus.values())
     from lr_opensearch.model.framing import tokenize_texts
 

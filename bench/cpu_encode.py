@@ -6,7 +6,9 @@ machine's peak, agreement, quality, the gate.
 
 Every variant is the library's ``DocEncoder`` at one ``--encode-precision`` (loaded from
 the bundle as ingest loads it); ``fp32-plain`` is fp32 in float32 throughout (without the
-bfloat16 screen of the sparse projection). The reference of every ratio, cosine and of
+bfloat16 screen of the sparse projection); ``onnx``, ``onnx-int8`` and ``onnx-int8-jar``
+run the backbone on ONNX Runtime (``bench/onnx_variants.py``; issue 47), timed in the same
+rounds; item 2 (the anatomy) covers the torch variants only. The reference of every ratio, cosine and of
 the gate is ``--reference`` (default ``fp32``: today's default encoder).
 
 1. **Speed.** The corpus's documents are encoded in slices of ``--slice`` (ingest's
@@ -50,6 +52,7 @@ Test judgments measure here; they never choose anything.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import statistics
@@ -62,6 +65,12 @@ import numpy as np
 from lr_opensearch.evaluation.beir import compute_metrics, load_beir
 from lr_opensearch.instructions import document_text
 from lr_opensearch.options import ENCODE_PRECISIONS
+
+try:  # the sibling module, by name so that mypy sees one module, not two names of it
+    _variants = importlib.import_module("onnx_variants")  # run as a script: bench/ on sys.path
+except ImportError:  # imported as bench.cpu_encode
+    _variants = importlib.import_module("bench.onnx_variants")
+ONNX_VARIANTS, onnx_encoder = _variants.ONNX_VARIANTS, _variants.onnx_encoder
 
 logger = logging.getLogger("cpu_encode")
 PLAIN = "fp32-plain"  # fp32 in float32 throughout: no bfloat16 screen of the projection
@@ -209,6 +218,18 @@ def _peak_seconds(tokens: int, hidden: int, width: int) -> dict[str, float]:
     return out
 
 
+def _limits(half: dict[str, float], peak: dict[str, float], name: str,
+            exact_top: int | None) -> dict[str, float]:
+    """A torch variant's anatomy with its rates as fractions of the peak of its precision."""
+    body_peak = peak["backbone_fp32" if name.startswith("fp32") else "backbone_bf16"]
+    proj_peak = peak["projection_bf16" if exact_top else "projection_fp32"]
+    return {**half,
+            "backbone_gflops": half["backbone_flop"] / half["backbone_s"] / 1e9,
+            "projection_gflops": half["projection_flop"] / half["projection_s"] / 1e9,
+            "backbone_peak_fraction": half["backbone_flop"] / half["backbone_s"] / 1e9 / body_peak,
+            "projection_peak_fraction": half["projection_flop"] / half["projection_s"] / 1e9 / proj_peak}
+
+
 def _gate(v: dict[str, Any], ref: dict[str, Any]) -> bool:
     """Issue 36's gate against the reference (module doc, item 4)."""
     close = all(abs(v["ndcg@10"][r] - ref["ndcg@10"][r]) <= GATE_NDCG for r in ref["ndcg@10"])
@@ -219,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", type=Path, required=True, help="BEIR directory (corpus, queries, qrels)")
     p.add_argument("--bundle", type=Path, required=True, help="a bundle fitted on the corpus")
-    choices = [PLAIN, *ENCODE_PRECISIONS]
+    choices = [PLAIN, *ENCODE_PRECISIONS, *ONNX_VARIANTS]
     p.add_argument("--variant", action="append", choices=choices, default=[],
                    help=f"variants to measure (default {', '.join(ENCODE_PRECISIONS)})")
     p.add_argument("--reference", choices=choices, default="fp32",
@@ -229,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slice", type=int, default=128, help="documents per timed call")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--anatomy", type=int, default=256, help="documents timed part by part")
+    p.add_argument("--int8-graph", type=Path, help="the -q jar's int8 .onnx (onnx-int8-jar)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -248,14 +270,16 @@ def main(argv: list[str] | None = None) -> int:
         records = records[: args.docs]
     doc_ids = [r[0] for r in records]
     texts = [document_text(r[1], r[2]) for r in records]
-    encoders = {n: DocEncoder.from_bundle(bundle, device="cpu", batch_size=args.batch_size,
-                                          precision=n.removesuffix("-plain")) for n in names}
+    encoders = {n: onnx_encoder(n, bundle, args.batch_size, args.int8_graph) if n in ONNX_VARIANTS
+                else DocEncoder.from_bundle(bundle, device="cpu", batch_size=args.batch_size,
+                                            precision=n.removesuffix("-plain")) for n in names}
     if PLAIN in encoders:
         encoders[PLAIN]._exact_top = None  # float32 throughout: no bf16 screen
-    logger.info("sparse screen per variant: %s", {n: e._exact_top for n, e in encoders.items()})
-    batches = _batches(encoders[ref], texts[: args.anatomy])
-    _anatomy(encoders, batches[:2])  # warm-up
-    anatomy = _anatomy(encoders, batches)
+    on_torch = {n: e for n, e in encoders.items() if n not in ONNX_VARIANTS}
+    logger.info("sparse screen per variant: %s", {n: e._exact_top for n, e in on_torch.items()})
+    batches = _batches(next(iter(on_torch.values())), texts[: args.anatomy])
+    _anatomy(on_torch, batches[:2])  # warm-up
+    anatomy = _anatomy(on_torch, batches)
     tokens = statistics.median(int(x.numel()) for x, _ in batches)
     sample = anatomy.pop("peak")
     peak = {k: sample["flop"] / v / 1e9 for k, v in sample.items() if k != "flop"}
@@ -279,27 +303,24 @@ def main(argv: list[str] | None = None) -> int:
         qvecs = np.concatenate(q_out[n])
         full_q = full_query_encoder(bundle, encoder=encoders[n])([data.queries[q] for q in qids])
         cos_d, cos_s, cos_q = _cosines(dense, base_dense), _sparse_cosines(sparse, base_sparse), _cosines(qvecs, base_q)
-        half = anatomy[n]
-        body_peak = peak["backbone_fp32" if n.startswith("fp32") else "backbone_bf16"]
-        proj_peak = peak["projection_bf16" if encoders[n]._exact_top else "projection_fp32"]
         report["variants"][n] = {
             "docs_per_s": len(texts) / doc_s[n], "queries_per_s": len(pseudo) / q_s[n],
             "docs_ratio": doc_s[ref] / doc_s[n], "queries_ratio": q_s[ref] / q_s[n],
             "docs_ratio_median_slice": statistics.median(
                 f / v for f, v in zip(doc_slices[ref], doc_slices[n], strict=True)),
-            **half,
-            "backbone_gflops": half["backbone_flop"] / half["backbone_s"] / 1e9,
-            "projection_gflops": half["projection_flop"] / half["projection_s"] / 1e9,
-            "backbone_peak_fraction": half["backbone_flop"] / half["backbone_s"] / 1e9 / body_peak,
-            "projection_peak_fraction": half["projection_flop"] / half["projection_s"] / 1e9 / proj_peak,
+            **(_limits(anatomy[n], peak, n, encoders[n]._exact_top) if n in anatomy else {}),
             "dense_cos_min": float(cos_d.min()), "dense_cos_mean": float(cos_d.mean()),
             "sparse_cos_min": float(cos_s.min()), "sparse_cos_mean": float(cos_s.mean()),
             "sparse_equal": all(a.keys() == b.keys() and all(abs(a[t] - b[t]) <= 1e-5 for t in a)
                                 for a, b in zip(sparse, base_sparse, strict=True)),
+            "sparse_terms_differing": sum(len(a.keys() ^ b.keys())
+                                          for a, b in zip(sparse, base_sparse, strict=True)),
+            "sparse_weight_gap_max": max((abs(a[t] - b[t]) for a, b in zip(sparse, base_sparse, strict=True)
+                                          for t in a.keys() & b.keys()), default=0.0),
             "query_cos_min": float(cos_q.min()), "query_cos_mean": float(cos_q.mean()),
             "ndcg@10": _quality(bundle, data, doc_ids, dense, sparse, np.asarray(full_q, np.float32), qids),
         }
-    base = report["variants"][ref]
+    base = report["variants"][ref] if ref in anatomy else report["variants"][next(iter(anatomy))]
     # how much faster the reference's arithmetic could run at this machine's GEMM peak:
     # "exact" with the backbone at the float32 peak (float32 vectors) and the screened
     # projection at the bfloat16 one; "bf16" with every FLOP at the bfloat16 peak
@@ -341,6 +362,8 @@ def _print(report: dict[str, Any]) -> None:
           f"{report['anatomy_batch_tokens_median']:.0f} tokens at the median):")
     print("variant     backbone s  GFLOP/s  of peak  projection s  GFLOP/s  of peak")
     for name, v in report["variants"].items():
+        if "backbone_s" not in v:
+            continue  # ONNX Runtime: timed end to end only
         print(f"{name:10s} {v['backbone_s']:10.2f}  {v['backbone_gflops']:7.0f}  {v['backbone_peak_fraction']:6.0%}"
               f"  {v['projection_s']:12.2f}  {v['projection_gflops']:7.0f}  {v['projection_peak_fraction']:6.0%}")
     ceiling = report["ceiling_x"]

@@ -52,15 +52,15 @@ def _model() -> tuple[Any, Any, Any]:
     from tokenizers import Tokenizer
 
     from lr_opensearch.fit.build import default_max_length
-    from lr_opensearch.model import DocEncoder, LightRetrieverModel
+    from lr_opensearch.model import DocEncoder, DocSettings, LightRetrieverModel, RetrieverSettings
     from lr_opensearch.packaged import resolve_model
 
     source, name = resolve_model(None)
     # None: the sentence-transformers settings (mean pooling, L2 normalisation), as lr bundle build
-    model = LightRetrieverModel.from_pretrained(source, pooling=None, normalize=None,
-                                                sparse_head=None, name=name)
+    model = LightRetrieverModel.from_pretrained(source, RetrieverSettings(normalize=None),
+                                                name=name)
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    encoder = DocEncoder(model, tokenizer, max_length=default_max_length(model, source),
+    encoder = DocEncoder(model, tokenizer, DocSettings(default_max_length(model, source)),
                          device="cpu", batch_size=64)
     return model, tokenizer, encoder
 

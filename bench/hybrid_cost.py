@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
     quality: dict[int, dict[str, float]] = {}
     for c in cs:
-        retriever.candidates = c
-        m = ndcg_at_10(retriever, dataset, qids, texts, args.batch, 100 if c >= 100 else c)
+        m = ndcg_at_10(retriever, dataset, qids, texts, args.batch, 100 if c >= 100 else c,
+                       candidates=c)
         quality[c] = {"ndcg@10": m["ndcg@10"], "recall@100": m["recall@100"]}
         print(f"C={c:>4}: nDCG@10 {m['ndcg@10']:.4f}  R@C {m['recall@100']:.4f}", flush=True)
 

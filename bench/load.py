@@ -39,10 +39,11 @@ MODES = ("hybrid", "bm25")
 
 
 def run_mode(retriever: Any, texts: list[str], mode: str, clients: int, seconds: float,
-             k: int) -> dict[str, Any]:
-    """``clients`` threads each running ``retriever.search(text, k, mode)`` for ``seconds``."""
-    return {"mode": mode, **run_clients(lambda text: retriever.search(text, k=k, mode=mode),
-                                        texts, clients, seconds)}
+             k: int, **search: Any) -> dict[str, Any]:
+    """``clients`` threads each running ``retriever.search(text, k, mode, **search)`` for
+    ``seconds``."""
+    return {"mode": mode, **run_clients(
+        lambda text: retriever.search(text, k=k, mode=mode, **search), texts, clients, seconds)}
 
 
 def run_clients(search_one: Any, texts: list[str], clients: int, seconds: float) -> dict[str, Any]:
@@ -123,9 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {name(m, c): [] for m, c in shapes}
     for r in range(args.rounds):
         for mode, c in (shapes if r % 2 == 0 else shapes[::-1]):
-            if c is not None:
-                retriever.candidates = c
-            res = run_mode(retriever, texts, mode, args.clients, args.seconds, args.k)
+            search = {} if c is None else {"candidates": c}
+            res = run_mode(retriever, texts, mode, args.clients, args.seconds, args.k, **search)
             runs[name(mode, c)].append(res)
             print(f"round {r + 1} {name(mode, c):<12} {res['searches']:>6} searches  "
                   f"{res['qps']:7.1f} QPS  p50 {res['p50_ms']:7.1f} ms  p99 "

@@ -242,16 +242,35 @@ def run_shape(retriever: Any, text: str, over: dict[str, Any], search: dict[str,
 
 def one_client(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
                search: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """p50 / p99 ms per shape, one search at a time, shapes interleaved per query."""
+    """p50 / p99 ms per shape, one search at a time, shapes interleaved per query; for the
+    plugin's shapes also the median of each phase it reports (``phases_ms``: where its time
+    goes inside the node, each leg's own took included)."""
     times: dict[str, list[float]] = {s: [] for s, _ in shapes}
+    phases: dict[str, list[dict[str, Any]]] = {}
     for q, text in enumerate(texts):
         order = shapes if q % 2 == 0 else shapes[::-1]
         for shape, over in order:
             t0 = time.perf_counter()
-            run_shape(retriever, text, over, search)
+            answer = run_shape(retriever, text, over, search)
             times[shape].append(1000 * (time.perf_counter() - t0))
-    return {s: {"p50_ms": float(np.median(v)), "p99_ms": float(np.percentile(v, 99)),
-                "qps_1": 1000.0 / float(np.mean(v))} for s, v in times.items()}
+            if "plugin" in over and "timings" in answer.get("lightretriever", {}):
+                phases.setdefault(shape, []).append(answer["lightretriever"]["timings"])
+    out: dict[str, dict[str, Any]] = {
+        s: {"p50_ms": float(np.median(v)), "p99_ms": float(np.percentile(v, 99)),
+            "qps_1": 1000.0 / float(np.mean(v))} for s, v in times.items()}
+    for shape, rows in phases.items():
+        out[shape]["phases_ms"] = phase_medians(rows)
+    return out
+
+
+def phase_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each phase of the plugin's ``lightretriever.timings`` over searches
+    (``leg_took_ms``: per leg)."""
+    out: dict[str, Any] = {k: float(np.median([r[k] for r in rows]))
+                           for k, v in rows[0].items() if not isinstance(v, dict)}
+    out["leg_took_ms"] = {leg: float(np.median([r["leg_took_ms"][leg] for r in rows]))
+                          for leg in rows[0]["leg_took_ms"]}
+    return out
 
 
 def many_clients(retriever: Any, texts: list[str], shapes: list[tuple[str, dict[str, Any]]],
@@ -297,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     from lr_opensearch.evaluation import load_beir
     from lr_opensearch.evaluation.runs import ensure_calibrated
     from lr_opensearch.options import DEFAULT_CANDIDATES
-    from lr_opensearch.search import Retriever, connect
+    from lr_opensearch.search import QueryEncoding, Retriever, connect
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("LR_OPENSEARCH_URL", "http://127.0.0.1:9200"))
@@ -409,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = index_stats(client, name)
         print(f"{name}: {stats['index_bytes'] / 1e6:.0f} MB, {stats['segments']} segments, "
               f"build {built['build_s']:.0f} s" if built else "built earlier", flush=True)
-        retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+        retriever = Retriever(bundle, client, name,
+                              encoding=QueryEncoding(sparse_min_idf=args.sparse_min_idf))
         retriever.search_batch(texts[:32], 10)  # warm
         for _, over in shapes:  # and every shape once (the in-cluster models' first call)
             run_shape(retriever, texts[0], over, search)
@@ -451,7 +471,7 @@ def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, arg
     from scale_corpus import real_docs
 
     from lr_opensearch.evaluation import load_beir
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import QueryEncoding, Retriever
 
     name = index_name(args.index_of or args.tag, 0).removesuffix("-0") + "-real"
     if args.rebuild or not adapter.index_exists(name) or adapter.count(name) != source.size:
@@ -459,7 +479,8 @@ def quality(client: Any, adapter: Any, bundle: Any, source: Any, top_k: int, arg
     dataset = load_beir(args.dataset, args.split)
     qids = list(dataset.queries)
     texts = [dataset.queries[q] for q in qids]
-    retriever = Retriever(bundle, client, name, sparse_min_idf=args.sparse_min_idf)
+    retriever = Retriever(bundle, client, name,
+                          encoding=QueryEncoding(sparse_min_idf=args.sparse_min_idf))
     out = {}
     for mode, over in [(f"hybrid-{f}", {"fusion": f}) for f in ("server", "client")] + \
             [(leg, {"mode": leg}) for leg in leg_names]:
@@ -501,7 +522,17 @@ def markdown(report: dict[str, Any], tag: str = "base") -> str:
             out.append(f"| {shape} | {o['p50_ms']:.1f} / {o['p99_ms']:.1f} | "
                        f"{o['p50_ms'] / bm:.2f} | {m['qps']:.1f} | {m['p50_ms']:.1f} | "
                        f"{m['p50_ms'] / bm_many:.2f} |")
+        out += [phase_line(shape, o["phases_ms"]) for shape, o in one.items()
+                if "phases_ms" in o]
     return "\n".join(out)
+
+
+def phase_line(shape: str, phases: dict[str, Any]) -> str:
+    """One plugin shape's median phases, as a sentence under the table."""
+    legs = ", ".join(f"{leg} {ms:.0f}" for leg, ms in phases["leg_took_ms"].items())
+    steps = ", ".join(f"{k.removesuffix('_ms')} {v:.2f}" for k, v in phases.items()
+                      if k != "leg_took_ms")
+    return f"\n`{shape}` inside the node, medians in ms: {steps} (each leg's own took: {legs})."
 
 
 def plot(report: dict[str, Any], path: Path, c: int) -> None:

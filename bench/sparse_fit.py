@@ -67,13 +67,15 @@ def load_encoder() -> Any:
 
     from lr_opensearch.fit.build import default_max_length
     from lr_opensearch.model import DocEncoder, LightRetrieverModel
+    from lr_opensearch.model.settings import DocSettings, RetrieverSettings
     from lr_opensearch.packaged import resolve_model
 
     source, name = resolve_model("packaged:minilm")
-    model = LightRetrieverModel.from_pretrained(source, pooling=None, normalize=None, name=name)
+    model = LightRetrieverModel.from_pretrained(source, RetrieverSettings(pooling=None, normalize=None),
+                                                name=name)
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    return DocEncoder(model, tokenizer, max_length=default_max_length(model, source), device="cpu",
-                      batch_size=32)
+    return DocEncoder(model, tokenizer, DocSettings(max_length=default_max_length(model, source)),
+                      device="cpu", batch_size=32)
 
 
 def collection_inputs(name: str, encoder: Any, work: Path) -> dict[str, Any]:

@@ -8,10 +8,11 @@ the build) and ``ORDER`` (the distribution first, then the plugins in install or
 Prints the engine's version (the image tag).
 
 ``project``: writes ``docker/.artifacts/project/requirements.txt``, the dependencies of
-pyproject.toml plus its ``train`` (document encoder) and ``es`` extras, so that the image's
-dependency layer depends on that list only (not on every edit of pyproject.toml), and
-``requirements-search.txt`` for the torch-free search image (the dependencies plus the
-``es`` extra). Prints the package version.
+pyproject.toml plus its ``ingest`` (the document encoder on ONNX Runtime: no torch) and
+``es`` extras, so that the image's dependency layer depends on that list only (not on every
+edit of pyproject.toml), and ``requirements-search.txt`` for the search image (the
+dependencies plus the ``es`` extra). Neither image has torch (``train``, for the host).
+Prints the package version.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ except ModuleNotFoundError:  # Python 3.10: the copy inside pip
     from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
-PROJECT_EXTRAS = ("train", "es")
-SEARCH_EXTRAS = ("es",)  # the search image: no document encoder, so no torch
+PROJECT_EXTRAS = ("ingest", "es")  # the project image: documents on ONNX Runtime, no torch
+SEARCH_EXTRAS = ("es",)  # the search image: no document encoder
 
 
 def stage(engine: str, out_root: Path = HERE / ".artifacts") -> str:

@@ -26,6 +26,7 @@ from lr_opensearch.cli.common import (
     add_connection_args,
     add_layout_args,
     add_precision_arg,
+    add_runtime_arg,
     configure_logging,
     connection_kwargs,
     layout_opts,
@@ -78,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", help="torch device for the encoder (cpu, cuda, cuda:1, ...); "
                    "default: GPU if available")
     add_precision_arg(g)
+    add_runtime_arg(g)
     g = p.add_argument_group("splitting")
     g.add_argument("--workers", type=int, default=1, help="split the corpus N ways; without "
                    "--worker-id, run N local worker processes")
@@ -126,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> IngestConfig:
         connection=ConnectionConfig(**connection_kwargs(args)),
         batch_size=args.batch_size, chunk_size=args.chunk_size, sort_window=args.sort_window,
         queue_chunks=args.queue_chunks, workers=args.workers, worker_id=args.worker_id,
-        device=args.device, encode_precision=args.encode_precision, restart=args.restart, dead_letter=args.dead_letter,
+        device=args.device, encode_precision=args.encode_precision, runtime=args.runtime, restart=args.restart, dead_letter=args.dead_letter,
         bulk_settings=BulkSettings(enabled=bulk, refresh_interval=args.refresh_interval,
                                    replicas=args.replicas),
         retry=RetryPolicy(max_attempts=args.max_attempts, initial_backoff=args.initial_backoff,

@@ -58,7 +58,7 @@ def worker_argv(config: IngestConfig, worker_id: int, summary_path: Path) -> lis
             "--worker-id", str(worker_id), "--no-bulk-settings", "--no-progress",
             "--batch-size", str(config.batch_size), "--chunk-size", str(config.chunk_size),
             "--sort-window", str(config.sort_window), "--queue-chunks", str(config.queue_chunks),
-            "--encode-precision", config.encode_precision,
+            "--encode-precision", config.encode_precision, "--runtime", config.runtime,
             "--state-dir", str(config.state_dir), "--summary-json", str(summary_path),
             "--timeout", str(c.timeout), "--engine", c.engine, "--max-attempts", str(config.retry.max_attempts),
             "--initial-backoff", str(config.retry.initial_backoff),

@@ -100,19 +100,25 @@ class EncodeAndWrite:
 
     def __init__(self, bundle: str, index: str, connection: dict[str, Any], device: str,
                  dtype: str, batch_size: int, retry: dict[str, Any], corpus: str,
-                 layout: str = "rank_features") -> None:
-        import torch
-
+                 layout: str = "rank_features", runtime: str = "auto") -> None:
         from lr_opensearch.bundle import load_bundle
         from lr_opensearch.engine.client import connect
         from lr_opensearch.engine.factory import make_adapter
         from lr_opensearch.indexing.documents import SparseKeys
-        from lr_opensearch.model import DocEncoder
+        from lr_opensearch.model.runtime import open_doc_encoder
 
-        torch_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         self.bundle = load_bundle(bundle)
-        self.encoder = DocEncoder.from_bundle(self.bundle, device=device, batch_size=batch_size,
-                                              dtype=torch_dtype)
+        if dtype == "fp32":  # ONNX Runtime on a CPU (--runtime), else torch
+            self.encoder = open_doc_encoder(self.bundle, runtime=runtime, device=device,
+                                            batch_size=batch_size)
+        else:
+            import torch
+
+            from lr_opensearch.model import DocEncoder
+
+            torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+            self.encoder = DocEncoder.from_bundle(self.bundle, device=device,
+                                                  batch_size=batch_size, dtype=torch_dtype)
         self.keys = SparseKeys(self.bundle.tokenizer, layout)  # the index's sparse layout
         self.adapter = make_adapter(connect(**connection))
         self.index, self.batch_size, self.corpus = index, batch_size, corpus
@@ -121,7 +127,7 @@ class EncodeAndWrite:
         self.fault_line = int(os.environ.get("LR_RAY_TEST_KILL_AT_LINE", "0"))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        from lr_opensearch.indexing.pipeline import EncodePipeline
+        from lr_opensearch.indexing.pipeline import Batching, EncodePipeline
         from lr_opensearch.indexing.writer import BulkWriter
 
         records = [Record(line=int(line), end_offset=0, id=str(doc_id), title=str(title),
@@ -136,9 +142,9 @@ class EncodeAndWrite:
                             on_chunk_done=lambda: None, retry=self.retry)
         pipeline = EncodePipeline(self.encoder, self.keys, _SyncWriter(writer),  # type: ignore[arg-type]
                                   watermark=outcomes, dead_letter=outcomes,  # type: ignore[arg-type]
-                                  max_length=self.bundle.config.max_length,
-                                  batch_size=self.batch_size, chunk_size=len(records),
-                                  sort_window=len(records), corpus=self.corpus)
+                                  batching=Batching(self.bundle.config.max_length,
+                                                    self.batch_size, len(records), len(records)),
+                                  corpus=self.corpus)
         for record in records:
             pipeline.add(record)
         pipeline.finish()
@@ -281,7 +287,8 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
             fn_constructor_kwargs={"bundle": str(bundle.path), "index": args.index,
                                    "connection": connection, "device": args.device,
                                    "dtype": args.dtype, "batch_size": args.batch_size,
-                                   "retry": retry, "corpus": args.corpus, "layout": layout},
+                                   "retry": retry, "corpus": args.corpus, "layout": layout,
+                                   "runtime": args.runtime},
             max_restarts=args.max_restarts, max_task_retries=args.max_task_retries, **kwargs)
         per_worker: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         final: dict[int, dict[str, Any]] = {}
@@ -309,7 +316,7 @@ def run_distributed(args: argparse.Namespace) -> RaySummary:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from lr_opensearch.cli.common import add_connection_args
+    from lr_opensearch.cli.common import add_connection_args, add_runtime_arg
 
     p = argparse.ArgumentParser(prog="python -m ingest.ray_ingest", description=__doc__.split("\n\n")[0],
                                 epilog="exit status: 0 every record indexed; 3 done, some "
@@ -328,6 +335,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--gpus-per-worker", type=float, default=0.0)
     g.add_argument("--device", default="cpu", help="torch device in each actor (cpu, cuda)")
     g.add_argument("--dtype", choices=DTYPES, default="fp32", help="fp16/bf16 on GPUs")
+    add_runtime_arg(g)
     g.add_argument("--batch-size", type=int, default=32, help="documents per encoder forward")
     g.add_argument("--chunk-size", type=int, default=256, help="documents per Ray batch and bulk")
     g.add_argument("--max-restarts", type=int, default=3, help="restarts of a dead actor")

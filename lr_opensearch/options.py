@@ -30,6 +30,12 @@ SPARSE_MODES = ("max", "medusa_last", "medusa_max")
 #: bfloat16); ``lr_opensearch.model.precision``, measured in docs/RESULTS.md
 ENCODE_PRECISIONS = ("fp32", "mixed", "bf16")
 DEFAULT_ENCODE_PRECISION = "fp32"
+#: where the document encoder's backbone runs (ingest, ``lr bundle build``'s fit, the full
+#: model): "onnx" (ONNX Runtime, CPU, no torch), "torch" (any ``--device``), "auto" (ONNX
+#: Runtime on a CPU when it is installed and the model runs there, else torch);
+#: ``lr_opensearch.model.runtime``
+RUNTIMES = ("auto", "onnx", "torch")
+DEFAULT_RUNTIME = "auto"
 
 KNN_ENGINES = ("lucene", "faiss")  # OpenSearch k-NN engines of the dense field
 ES_SPARSE_TYPES = ("sparse_vector", "rank_features")  # Elasticsearch sparse field types

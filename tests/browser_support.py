@@ -1,5 +1,5 @@
 """A headless Chromium (Selenium) and a Flask app served on a free port, for the browser
-tests of ``lr inspect`` (tests/test_inspect_browser.py, tests/test_real_bundle.py)."""
+tests of ``lr inspect`` (tests/inspect/test_inspect_browser.py, tests/apps/test_real_bundle.py)."""
 
 from __future__ import annotations
 

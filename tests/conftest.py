@@ -6,7 +6,7 @@ Where the OpenSearch cluster comes from (first that applies):
    ``http://127.0.0.1:9210``; basic auth / TLS through the LR_OPENSEARCH_* variables);
 2. ``LR_TEST_BACKEND=docker``: the ``opensearch`` service of ``docker/docker-compose.yml``
    through pytest-docker (images built by docker/build.sh; tests/docker_support.py). The
-   Docker tests (``-m docker``, tests/test_docker.py) use it whatever the backend;
+   Docker tests (``-m docker``, tests/apps/test_docker.py) use it whatever the backend;
 3. otherwise the project's local node (lr_opensearch.node): installed into the cache if
    missing, started once per session on free ports with a throwaway node dir under
    pytest's tmp, stopped at the end.

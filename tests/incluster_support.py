@@ -14,13 +14,14 @@ import contextlib
 import gzip
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ingest_support import data_dir
+from ingest_support import REPO, data_dir
 from node_support import free_port
 from tokenizers import Tokenizer
 
@@ -120,3 +121,19 @@ def ndcg10(ranked: list[str], rels: dict[str, int]) -> float:
     ideal = sorted(rels.values(), reverse=True)[:10]
     best = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
     return gain / best if best else 0.0
+
+
+DOCS_WITH_CURLS = ("README.md", "docs/searching-from-any-client.md", "docs/IN_CLUSTER.md")
+
+
+def text_only_hybrid_curls() -> list[tuple[str, str, dict]]:
+    """Every documented text-only ``hybrid`` request (a bash block that posts one to
+    ``_search``): (file, the command as written, its JSON body)."""
+    found = []
+    for name in DOCS_WITH_CURLS:
+        text = (REPO / name).read_text(encoding="utf-8")
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            for command in re.findall(r"(curl [^\n]*/_search' -d '.*?')", block, re.S):
+                if '"hybrid"' in command:
+                    found.append((name, command, json.loads(command.split(" -d '", 1)[1][:-1])))
+    return found

@@ -150,3 +150,38 @@ class Here:
 def dead_letters(path: Path) -> list[dict[str, Any]]:
     """The entries of a dead-letter file (none when it does not exist)."""
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+BEIR_TOPICS = [
+    "supersonic boundary layer",
+    "heat transfer plate",
+    "eiffel tower paris",
+    "hospital doctors patients",
+    "hybrid sparse dense retrieval",
+    "laminar flow wing",
+    "french capital city",
+    "ranking documents queries",
+]
+
+
+def tiny_beir(root: Path) -> Path:
+    """24 documents (3 per topic), 8 queries each judging its topic's first two documents."""
+    (root / "qrels").mkdir(parents=True)
+    docs, qrels = [], ["query-id\tcorpus-id\tscore"]
+    for t, topic in enumerate(BEIR_TOPICS):
+        for j in range(3):
+            docs.append(
+                {
+                    "_id": f"{t}-{j}",
+                    "title": f"{topic} study {j}",
+                    "text": f"we study {topic} in detail, part {j}.",
+                }
+            )
+        qrels += [f"q{t}\t{t}-0\t2", f"q{t}\t{t}-1\t1"]
+    queries = [{"_id": f"q{t}", "text": topic} for t, topic in enumerate(BEIR_TOPICS)]
+    (root / "corpus.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps(d) + "\n" for d in docs).encode())
+    )
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (root / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+    return root

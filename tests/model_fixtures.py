@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from tiny_artifacts import SENTENCES, bpe_tokenizer, wordpiece_tokenizer
 from tokenizers import Tokenizer
 from transformers import BertConfig, LlamaConfig
 
-from lr_opensearch.model import LightRetrieverModel
+from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
 from lr_opensearch.model.framing import plain_tokenizer
 
 
@@ -35,23 +36,23 @@ def bert_config(vocab_size: int, architecture: str = "BertForMaskedLM") -> BertC
         initializer_range=0.2)  # at BERT's 0.02 a tiny random model's output ignores its input
 
 
-def tiny_llama(seed: int = 0, **kwargs: object) -> tuple[LightRetrieverModel, Tokenizer]:
+def tiny_llama(seed: int = 0, **kwargs: Any) -> tuple[LightRetrieverModel, Tokenizer]:
     """A 2-layer Llama with a byte-level BPE tokenizer that adds a BOS; eos from config."""
     tok = bpe_tokenizer(300)
     torch.manual_seed(seed)
     config = llama_config(tok.get_vocab_size(), eos=tok.token_to_id("<|end_of_text|>"),
                           bos=tok.token_to_id("<|begin_of_text|>"))
-    model = LightRetrieverModel.from_config(config, tokenizer=tok, **kwargs)
+    model = LightRetrieverModel.from_config(config, RetrieverSettings(**kwargs), tokenizer=tok)
     return model.eval(), tok
 
 
 def tiny_bert(seed: int = 0, architecture: str = "BertForMaskedLM",
-              **kwargs: object) -> tuple[LightRetrieverModel, Tokenizer]:
+              **kwargs: Any) -> tuple[LightRetrieverModel, Tokenizer]:
     """A 2-layer BERT (MLM head or bare encoder) with a WordPiece [CLS] ... [SEP] tokenizer."""
     tok = wordpiece_tokenizer(150)
     torch.manual_seed(seed)
     config = bert_config(tok.get_vocab_size(), architecture)
-    model = LightRetrieverModel.from_config(config, tokenizer=tok, **kwargs)
+    model = LightRetrieverModel.from_config(config, RetrieverSettings(**kwargs), tokenizer=tok)
     return model.eval(), tok
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from node_support import free_port
 
 N_DOCS = 40
@@ -73,22 +72,18 @@ def index_corpus(client: Any, bundle: Any, tokenizer: Any, *, seed: int = 7,
                  index: str | None = None) -> str:
     """An index of ``bundle`` with N_DOCS documents (random dense vectors and sparse maps of
     the tokenizer's tokens, titles and texts of those tokens, a ``metadata.group``)."""
-    from tiny_artifacts import SENTENCES
+    from corpus_support import random_docs, tiny_vocab
 
-    from lr_opensearch.bundle.keys import encode_key
     from lr_opensearch.engine.opensearch import OpenSearchAdapter
 
-    vocab = sorted({t for s in SENTENCES for t in tokenizer.encode(s, add_special_tokens=False).tokens})
-    rng = np.random.default_rng(seed)
-    dim = int(bundle.config.served_dim)
     index = index or f"lr-test-plugin-{uuid.uuid4().hex[:8]}"
     OpenSearchAdapter(client).create_index(index, bundle)
     ops: list[Any] = []
-    for i in range(N_DOCS):
-        tokens = rng.choice(vocab, size=8, replace=False)
+    docs = random_docs(seed, N_DOCS, tiny_vocab(tokenizer), dim=int(bundle.config.served_dim))
+    for i, doc in enumerate(docs):
+        tokens = doc.tokens
         ops += [{"index": {"_index": index, "_id": f"d{i:02d}"}},
-                {"lr_dense": rng.standard_normal(dim).astype(np.float32).tolist(),
-                 "lr_sparse": {encode_key(t): float(rng.uniform(0.1, 3.0)) for t in tokens},
+                {"lr_dense": doc.dense.tolist(), "lr_sparse": doc.sparse,
                  "title": f"doc {i} {' '.join(tokens)}", "text": " ".join(tokens),
                  "metadata": {"group": "a" if i % 3 else "b"}}]
     resp = client.bulk(body=ops, refresh=True)

@@ -13,10 +13,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+
+from waiting import wait_until
 
 USER = "lr-tester"
 PASSWORD = "S3cret-pw-Zq8"  # unusual enough to grep for in every output
@@ -152,19 +153,21 @@ http {{
     proc = subprocess.Popen([binary, "-p", str(root), "-c", str(root / "nginx.conf"),
                              "-g", "daemon off;"], stdout=subprocess.DEVNULL,
                             stderr=open(root / "logs" / "stderr.log", "wb"))  # noqa: SIM115
-    deadline = time.monotonic() + 20
-    while True:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"nginx exited: {(root / 'logs' / 'stderr.log').read_text()}"
                                f"{(root / 'logs' / 'error.log').read_text()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
+                return True
         except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("nginx did not listen within 20 s") from None
-            time.sleep(0.1)
+            return False
+
+    try:
+        wait_until(listening, f"nginx to listen on port {port}", timeout=20, pause=0.1)
+    except AssertionError:
+        proc.kill()
+        raise
     endpoint = SecureEndpoint(f"https://127.0.0.1:{port}", ca, wrong_ca, USER, PASSWORD,
                               upstream)
     return endpoint, proc

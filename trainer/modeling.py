@@ -16,14 +16,14 @@ def load_backbone(settings: ModelSettings) -> tuple[Any, Any]:
     """(LightRetrieverModel in float32, its tokenizers.Tokenizer) for the model settings."""
     from tokenizers import Tokenizer
 
-    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
 
     model_dir, name = resolve_model(settings.path)
-    model = LightRetrieverModel.from_pretrained(
-        model_dir, kind=settings.kind, pooling=settings.pooling, normalize=settings.normalize,
-        sparse_head=settings.sparse_head, name=name, query_norm=settings.query_norm,
+    model = LightRetrieverModel.from_pretrained(model_dir, RetrieverSettings(
+        kind=settings.kind, pooling=settings.pooling, normalize=settings.normalize,
+        sparse_head=settings.sparse_head, query_norm=settings.query_norm,
         sparse_mode=settings.sparse_mode, medusa_heads=settings.medusa_heads,
-        soft_top_k_temperature=settings.soft_top_k_temperature)
+        soft_top_k_temperature=settings.soft_top_k_temperature), name=name)
     return model, Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 
 

@@ -8,6 +8,8 @@ Layout (format ``lightretriever-bundle``, version 1)::
       query_tables/<name>.safetensors   E[V, dense_dim] float16, tensor "table", one per instruction
       sparse_query_weights.safetensors  optional [V] float32 per-token sparse query weights (IDF)
       doc_encoder/                      optional HF save_pretrained directory
+      onnx/                             optional, outside the manifest: doc_encoder's ONNX
+                                        graph (model.onnx_graph.bundle_graph checks it)
 
 The manifest records the format name and version, the :class:`BundleConfig`, the
 tokenizer's vocabulary size and the special token ids the query and sparse sides exclude,

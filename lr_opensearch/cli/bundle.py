@@ -4,7 +4,10 @@
 ``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.fit.build.build_bundle``
 (imported only then: it needs torch); without ``--model`` it uses the packaged
 all-MiniLM-L6-v2. ``--fit-corpus PATH`` (repeatable) fits the query tables and the IDF
-sparse query weights to a corpus (``lr_opensearch.fit.tables``).
+sparse query weights to a corpus (``lr_opensearch.fit.tables``). The build then puts its
+document encoder's ONNX graph in ``BUNDLE/onnx/`` (``--no-onnx-graph``: not);
+``lr bundle onnx BUNDLE`` does that for a bundle built before or elsewhere, so that ingest
+needs neither torch nor a network (``model.onnx_graph.bundle_graph``; the project image).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lr_opensearch.cli.common import add_precision_arg
+from lr_opensearch.cli.common import add_precision_arg, add_runtime_arg
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.legs import weights_of
 
@@ -86,10 +89,14 @@ def register(subparsers: Any) -> None:
                        help="sparse terms stored per document (default 128)")
     build.add_argument("--batch-size", type=int, default=256, help="table rows per forward pass")
     add_precision_arg(build)
+    add_runtime_arg(build)
     build.add_argument("--device", default=None,
                        help="torch device of the table's and the fit's forwards (cpu, cuda, "
                             "cuda:1, ...); default: GPU if available")
     build.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    build.add_argument("--no-onnx-graph", dest="onnx_graph", action="store_false",
+                       help="do not put the document encoder's ONNX graph in BUNDLE/onnx/ "
+                            "(ingest then finds or makes it, with a network or torch)")
     fit = build.add_argument_group("table fit (see below)")
     fit.add_argument("--fit-corpus", type=Path, action="append", default=[], metavar="PATH",
                      help="corpus to fit the query tables and IDF weights to (repeatable): BEIR "
@@ -112,6 +119,11 @@ def register(subparsers: Any) -> None:
     fit.add_argument("--no-fit", action="store_true",
                      help="keep the unfitted table and count query weights, without a warning")
     build.set_defaults(func=run_build)
+
+    graph = sub.add_parser("onnx", help="put the document encoder's ONNX graph in BUNDLE/onnx/ "
+                           "(ingest without torch or a network, as in the project image)")
+    graph.add_argument("bundle", type=Path, help="bundle directory (written in place)")
+    graph.set_defaults(func=run_onnx)
 
 
 def parse_instructions(items: list[str]) -> dict[str, str] | None:
@@ -186,14 +198,41 @@ def run_build(args: argparse.Namespace) -> int:
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
                       sparse=sparse_setting(args.fit_sparse),
-                      encode_precision=args.encode_precision),
+                      encode_precision=args.encode_precision, runtime=args.runtime),
     )
     from lr_opensearch.bundle import load_bundle
 
     bundle = load_bundle(path)
     for line in fit_lines(bundle.fit, bundle.sparse_weights_kind):
         print(line)
+    if args.onnx_graph:
+        _build_graph(bundle)
     print(f"built {path} (bundle id {bundle.bundle_id}) in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _graph_line(graph: Any) -> str:
+    size = sum(f.stat().st_size for f in graph.path.iterdir()) / 1e6
+    return f"onnx graph  {graph.path} ({graph.source}, {size:.1f} MB)"
+
+
+def _build_graph(bundle: Bundle) -> None:
+    """``lr bundle build``'s graph: the bundle stands without it, so a graph that cannot be
+    had here is a warning saying what ingest will need, not a failed build."""
+    from lr_opensearch.model.onnx_graph import graph_of_bundle
+
+    try:
+        print(_graph_line(graph_of_bundle(bundle, attach=True)))
+    except ConfigError as exc:
+        logger.warning("no ONNX graph in the bundle (%s); ingest on ONNX Runtime will make one "
+                       "where torch is installed, or run `lr bundle onnx %s` later", exc, bundle.path)
+
+
+def run_onnx(args: argparse.Namespace) -> int:
+    from lr_opensearch.bundle import load_bundle
+    from lr_opensearch.model.onnx_graph import graph_of_bundle
+
+    print(_graph_line(graph_of_bundle(load_bundle(args.bundle), attach=True)))
     return 0
 
 

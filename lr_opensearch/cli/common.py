@@ -82,6 +82,16 @@ def add_precision_arg(parser: Any) -> None:
                         default=DEFAULT_ENCODE_PRECISION, help=PRECISION_HELP)
 
 
+def add_runtime_arg(parser: Any) -> None:
+    """``--runtime`` (``options.RUNTIMES``) of ingest and ``lr bundle build``."""
+    from lr_opensearch.options import DEFAULT_RUNTIME, RUNTIMES
+
+    parser.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME,
+                        help="where the document encoder's backbone runs: onnx (ONNX Runtime on "
+                        "the CPU, no torch), torch (any --device), auto (default: onnx on a CPU "
+                        "when onnxruntime is installed and the model is an encoder, else torch)")
+
+
 BUNDLE_ENV = "LR_BUNDLE"  # the bundle of every command when --bundle is not given
 
 

@@ -29,9 +29,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if not 1 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is not a TCP port (1-65535)")
     _check_free(args.host, args.port)
+    from lr_opensearch.search import SearchOptions
+
     client = client_from_args(args)
-    app = create_app(bundle_path(args, client), args.index, k=args.k,
-                     candidates=args.candidates, client=client, slider=args.slider)
+    options = SearchOptions(k=args.k, candidates=args.candidates)
+    app = create_app(bundle_path(args, client), args.index, options=options, client=client,
+                     slider=args.slider)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: serving on {args.host}: anyone who reaches it can search the index")
     print(f"lr inspect: http://{args.host}:{args.port}/  (index {args.index}; Ctrl-C stops)",

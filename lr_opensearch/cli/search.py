@@ -217,7 +217,7 @@ def _filter(text: str | None) -> Any:
 def _cmd_search(args: argparse.Namespace) -> int:
     quiet_transport(args)
     from lr_opensearch.bundle import load_bundle
-    from lr_opensearch.search import Retriever, SearchOptions
+    from lr_opensearch.search import QueryEncoding, Retriever, SearchOptions
 
     client = client_from_args(args)
     bundle = load_bundle(bundle_path(args, client))
@@ -241,8 +241,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
         explain=args.explain, instruction=args.instruction, rerank_depth=args.rerank_depth,
         rerank_budget_s=args.rerank_budget)
     retriever = Retriever(bundle, client, args.index, options, rerank=reranker,
-                          sparse_min_idf=args.sparse_min_idf,
-                          encode="cluster" if args.in_cluster else "client")
+                          encoding=QueryEncoding(
+                              encode="cluster" if args.in_cluster else "client",
+                              sparse_min_idf=args.sparse_min_idf))
     if args.dsl:
         plans = retriever.dsl(args.query)
         print(json.dumps(plans, ensure_ascii=False, indent=2) if args.json

@@ -1,7 +1,7 @@
 """The pieces of a search body both engines share, and the limits the engines set on them:
 filters, the dense vector as JSON, linear ``rank_feature`` clauses, the BM25 text's cut.
 
-The limits are named constants with a test at the limit (tests/test_real_bundle.py).
+The limits are named constants with a test at the limit (tests/apps/test_real_bundle.py).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from lr_opensearch.errors import ConfigError
 
 # The engines refuse a query whose rewritten tree holds more than this many clauses:
 # OpenSearch's indices.query.bool.max_clause_count (default 1,024, Lucene's
-# IndexSearcher.maxClauseCount; dynamic since 2.16). tests/test_real_bundle.py reads it
+# IndexSearcher.maxClauseCount; dynamic since 2.16). tests/apps/test_real_bundle.py reads it
 # from the node and runs queries of exactly that many clauses and one more.
 MAX_CLAUSE_COUNT = 1024
 # The engines refuse (HTTP 413) a request body larger than http.max_content_length, 100mb
 # (104,857,600 bytes) unless set in the node's config, OpenSearch and Elasticsearch alike;
 # the ingest's bulk requests stay well below it (indexing.config.DEFAULT_MAX_CHUNK_BYTES).
-# tests/test_real_bundle.py sends a body of exactly this size and one byte more.
+# tests/apps/test_real_bundle.py sends a body of exactly this size and one byte more.
 HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
 # Terms of a query text the BM25 clause keeps: multi_match makes one clause per analysed
 # term and field, and the sparse leg one per distinct token of the query's first 512

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 # ml-commons refuses an upload_chunk body of more than 10,000,000 bytes ("Chunk size exceeds
 # 10MB"): ModelHelper.CHUNK_SIZE = 10_000_000 in ml-algorithms, checked by
 # MLModelChunkUploader.validateChunkSize (refused when length > CHUNK_SIZE), ml-commons 2.x
-# to 3.6. 10 MiB (10,485,760) is over it. tests/test_incluster.py uploads at the limit.
+# to 3.6. 10 MiB (10,485,760) is over it. tests/cluster/test_incluster.py uploads at the limit.
 UPLOAD_CHUNK_LIMIT = 10_000_000
 DEPLOYED = "DEPLOYED"
 REGISTERING = "REGISTERING"  # ml-commons merges the chunks after the last one arrives

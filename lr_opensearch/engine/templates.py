@@ -91,8 +91,7 @@ def _positive(name: str, value: int) -> int:
 
 def render_index_body(*, dense_dim: int, bundle_id: str, key_encoding: str = "lrk1",
                       engine: str = "lucene", m: int = 16, ef_construction: int = 128,
-                      shards: int = 1, replicas: int = 0,
-                      library_version: str = __version__) -> dict[str, Any]:
+                      shards: int = 1, replicas: int = 0) -> dict[str, Any]:
     """The OpenSearch create-index body (settings, mappings, ``_meta``) for a bundle.
 
     Args:
@@ -103,7 +102,6 @@ def render_index_body(*, dense_dim: int, bundle_id: str, key_encoding: str = "lr
             plugin's native libraries, absent from the Maven Central build).
         m, ef_construction: HNSW graph parameters.
         shards, replicas: index sharding.
-        library_version: lr-opensearch version recorded in ``_meta``.
     """
     if engine not in KNN_ENGINES:
         raise ConfigError(f"engine={engine!r}; valid engines: {', '.join(KNN_ENGINES)}")
@@ -114,32 +112,31 @@ def render_index_body(*, dense_dim: int, bundle_id: str, key_encoding: str = "lr
         "key_encoding": key_encoding, "engine": engine, "m": _positive("m", m),
         "ef_construction": _positive("ef_construction", ef_construction),
         "shards": _positive("shards", shards), "replicas": int(replicas),
-        "library_version": library_version})
+        "library_version": __version__})
 
 
 def render_es_index_body(*, dense_dim: int, bundle_id: str, key_encoding: str = "lrk1",
                          m: int = 16, ef_construction: int = 128, shards: int = 1,
-                         replicas: int = 0, library_version: str = __version__) -> dict[str, Any]:
+                         replicas: int = 0) -> dict[str, Any]:
     """The Elasticsearch create-index body (``dense_vector`` max_inner_product + rank_features)."""
     return render_template("elasticsearch/index.json", {
         "dense_dim": _positive("dense_dim", dense_dim), "bundle_id": str(bundle_id),
         "key_encoding": key_encoding, "m": _positive("m", m),
         "ef_construction": _positive("ef_construction", ef_construction),
         "shards": _positive("shards", shards), "replicas": int(replicas),
-        "library_version": library_version})
+        "library_version": __version__})
 
 
 def render_token_index_body(*, token_dim: int, bundle_id: str, engine: str = "lucene",
                             m: int = 16, ef_construction: int = 128, shards: int = 1,
-                            replicas: int = 0,
-                            library_version: str = __version__) -> dict[str, Any]:
+                            replicas: int = 0) -> dict[str, Any]:
     """The OpenSearch create-index body of a UR²N token index (one document per token, one
     per corpus record; docs/ARCHITECTURE.md "The token index").
 
     Args:
         token_dim: the UR²N bundle's token-embedding dimension (``lr_token`` dimension).
         bundle_id: the UR²N bundle's id, recorded in ``_meta.lightretriever``.
-        engine, m, ef_construction, shards, replicas, library_version: as
+        engine, m, ef_construction, shards, replicas: as
             :func:`render_index_body`.
     """
     if engine not in KNN_ENGINES:
@@ -151,7 +148,7 @@ def render_token_index_body(*, token_dim: int, bundle_id: str, engine: str = "lu
         "engine": engine, "m": _positive("m", m),
         "ef_construction": _positive("ef_construction", ef_construction),
         "shards": _positive("shards", shards), "replicas": int(replicas),
-        "library_version": library_version})
+        "library_version": __version__})
 
 
 def render_hybrid_pipeline(*weights: float, technique: str = "min_max",

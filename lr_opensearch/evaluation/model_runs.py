@@ -135,6 +135,7 @@ def token_index_name(dataset: Dataset, bundle_id: str) -> str:
 def _xtr_search(client: Any, dataset: Dataset, config: EvalConfig, model: Any,
                 clock: StageClock, name: str, depth: int) -> Any:
     """XTR retrieval (``xtr``) or XTR then the same model's reranker (``xtr+rerank``)."""
+    from lr_opensearch.search.rerank import RerankStage
     from lr_opensearch.ur2n.bundle import load_ur2n_bundle
     from lr_opensearch.ur2n.model import UR2NReranker
     from lr_opensearch.ur2n.xtr import N_TOKENS_FIELD, XTRRetriever
@@ -155,5 +156,6 @@ def _xtr_search(client: Any, dataset: Dataset, config: EvalConfig, model: Any,
     encode = clock.timed("encode", partial(model.token_embeddings, kind="query"))
     rerank = TimedReranker(UR2NReranker(model), clock) if name == "xtr+rerank" else None
     retriever = XTRRetriever(client, index, encode=encode, bundle_id=ur2n.bundle_id,
-                             token_dim=ur2n.config.token_dim, rerank=rerank, rerank_depth=depth)
+                             token_dim=ur2n.config.token_dim,
+                             rerank=RerankStage(rerank, depth=depth) if rerank is not None else None)
     return lambda t: hits_of(retriever.search_batch(t, config.depth, source=False))

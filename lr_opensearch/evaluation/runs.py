@@ -199,12 +199,12 @@ def run_searches(
     """Every requested run: name -> (run, seconds); LR and full-model queries use the
     ``instruction`` table (None: the bundle's default). ``clocks`` (when given) gets a
     :class:`StageClock` per run with a model at query time."""
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import QueryEncoding, Retriever
 
     k = config.depth
     full = _FullQueries(bundle, instruction)
     retriever = Retriever(bundle, client, index, candidates=k, instruction=instruction,
-                          input_encoders={legs.FULL_QUERY_VECTOR: full})
+                          encoding=QueryEncoding(input_encoders={legs.FULL_QUERY_VECTOR: full}))
     searches: dict[str, Callable[[list[str]], list[list[tuple[str, float]]]]] = {
         run: partial(_search, retriever, k, {"mode": leg}) for run, leg in leg_runs().items()}
     searches[HYBRID_RUN] = partial(_search, retriever, k, {})

@@ -32,6 +32,7 @@ import numpy as np
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.fit.tables import FitInputs, FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.model.settings import DocSettings
 from lr_opensearch.packaged import resolve_model
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class TableSettings:
         batch_size: table rows per forward pass.
         cache_key: ``model_files_key`` of the directory the model was loaded from: the
             unfitted tables go through the table cache (none for a model in training).
+        source_dir: that directory: the fit may then run the model on ONNX Runtime
+            (``FitRecipe.runtime``); a model in training is fitted on torch.
     """
 
     instructions: Mapping[str, str] | None = None
@@ -86,6 +89,7 @@ class TableSettings:
     served_dim: int | None = None
     batch_size: int = 256
     cache_key: str | None = field(default=None, repr=False)
+    source_dir: Path | None = field(default=None, repr=False)
 
 
 def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
@@ -133,7 +137,11 @@ def build_bundle(
     Returns:
         The bundle path.
     """
-    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.runtime import require_torch
+
+    require_torch("lr bundle build (the query table is the backbone's forward of every token; "
+                  "ingest with --bundle BUNDLE needs no build)")
+    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
     from lr_opensearch.model.device import check_device
     from lr_opensearch.model.doc_encoder import default_device
     from lr_opensearch.model.loading import sentence_transformers_settings
@@ -148,16 +156,16 @@ def build_bundle(
         tables = dataclasses.replace(tables, instructions={"default": prompts["query_prompt"]})
     if prompts.get("document_prompt"):
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
-    model = LightRetrieverModel.from_pretrained(
-        source, pooling=backbone.pooling, normalize=backbone.normalize,
-        sparse_head=backbone.sparse_head, name=catalogue_name).to(target)
+    settings = RetrieverSettings(pooling=backbone.pooling, normalize=backbone.normalize,
+                                 sparse_head=backbone.sparse_head)
+    model = LightRetrieverModel.from_pretrained(source, settings, name=catalogue_name).to(target)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
     tables = dataclasses.replace(
         tables, max_length=tables.max_length or default_max_length(model, source),
-        cache_key=model_files_key(source))
+        cache_key=model_files_key(source), source_dir=source)
     return build_bundle_from_model(model, tokenizer, out_dir, tables=tables, fit=fit,
                                    overwrite=overwrite, progress=progress, **config_fields)
 
@@ -266,12 +274,12 @@ def build_bundle_from_model(
                           progress=progress, model_key=tables.cache_key)
     weights, stats = None, None
     if fit is not None and fit.enabled:
-        result = fit_tables(model, tokenizer, rows, instructions, max_length, fit,
-                            progress=progress, document_prompt=config.document_prompt)
+        doc = DocSettings(max_length=max_length, document_prompt=config.document_prompt)
+        result = fit_tables(model, tokenizer, rows, instructions, doc, fit, progress=progress,
+                            source_dir=tables.source_dir)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
         if fit.sparse is not None and result.inputs is not None:
-            stats["sparse_doc"] = fit_sparse(model, tokenizer, result.inputs, fit, max_length,
-                                         document_prompt=config.document_prompt, progress=progress)
+            stats["sparse_doc"] = fit_sparse(model, tokenizer, result.inputs, fit, doc, progress=progress)
             config = dataclasses.replace(config, sparse_term_affine=True)
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
@@ -291,7 +299,7 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
 
 
 def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, recipe: FitRecipe,
-               max_length: int, *, document_prompt: str = "", progress: bool = True) -> dict[str, Any]:
+               doc: DocSettings, *, progress: bool = True) -> dict[str, Any]:
     """Fit the sparse head's per-term scale and bias (``fit.sparse``) on the table fit's
     documents and pseudo-queries, set it on ``model`` (saved with its doc encoder) and
     return the record of the fit. Documents are encoded as ingest encodes them, at the
@@ -306,8 +314,8 @@ def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, re
                           f"{model.sparse_mode!r}; build without --fit-sparse")
     was_training = model.training
     model.set_term_affine(None)
-    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=32,
-                         precision=recipe.encode_precision, document_prompt=document_prompt)
+    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=32,
+                         precision=recipe.encode_precision)
     try:
         head, stats = fit_sparse_head(encoder, inputs, recipe.sparse, progress=progress)
     finally:
@@ -317,26 +325,25 @@ def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, re
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
-               instructions: Mapping[str, str], max_length: int, recipe: FitRecipe, *,
-               progress: bool = True, document_prompt: str = "") -> FitResult:
+               instructions: Mapping[str, str], doc: DocSettings, recipe: FitRecipe, *,
+               progress: bool = True, source_dir: Path | None = None) -> FitResult:
     """``fit.fit_bundle_tables`` with targets from the model's document forward.
 
     A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
     what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
     candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
     ingest encodes them;
-    both at ``precision`` (``options.ENCODE_PRECISIONS``).
+    both at ``precision`` (``options.ENCODE_PRECISIONS``), on ONNX Runtime where
+    ``recipe.runtime`` chooses it and the model was loaded from ``source_dir``
+    (``model.runtime.fit_encoder``).
     """
-    from lr_opensearch.model import DocEncoder
+    from lr_opensearch.model.runtime import fit_encoder
 
     was_training = model.training
-    encoder = DocEncoder(model, tokenizer, max_length=max_length, device=model.device, batch_size=64,
-                         precision=recipe.encode_precision, document_prompt=document_prompt)
+    encoder = fit_encoder(model, tokenizer, doc, precision=recipe.encode_precision,
+                          runtime=recipe.runtime, source_dir=source_dir)
     try:
-        return fit_bundle_tables(tokenizer, tables, instructions,
-                                 encoder.encode_dense, recipe.corpora,
-                                 queries=recipe.queries, max_queries=recipe.max_queries,
-                                 progress=progress, distill=recipe.distill,
-                                 embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
+        return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
+                                 progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
     finally:
         model.train(was_training)

@@ -63,7 +63,7 @@ from lr_opensearch.fit.pseudo import (
 )
 from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
 from lr_opensearch.fit.sparse import DEFAULT_SPARSE_FIT, SparseFitConfig
-from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
+from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class FitRecipe:
         distill: the listwise step after the ridge fit (``fit.distill``); None: off.
         encode_precision: how the full model's vectors of the fit are computed
             (``options.ENCODE_PRECISIONS``; the saved weights never change).
+        runtime: where they are computed (``options.RUNTIMES``, ``model.runtime``).
         sparse: the document side's per-term scale and bias fitted on the same
             pseudo-queries (``fit.sparse``); None: the sparse head as it is.
 
@@ -133,6 +134,7 @@ class FitRecipe:
     max_queries: int = MAX_QUERIES
     distill: DistillConfig | None = DEFAULT_DISTILL
     encode_precision: str = DEFAULT_ENCODE_PRECISION
+    runtime: str = DEFAULT_RUNTIME
     sparse: SparseFitConfig | None = DEFAULT_SPARSE_FIT
 
     @property
@@ -273,13 +275,10 @@ def fit_bundle_tables(
     tables: Mapping[str, np.ndarray],
     instructions: Mapping[str, str],
     embed: Embed,
-    corpora: Sequence[str | Path],
+    recipe: FitRecipe,
     *,
-    queries: Sequence[str | Path] = (),
-    max_queries: int = MAX_QUERIES,
     seed: int = 0,
     progress: bool = True,
-    distill: DistillConfig | None = None,
     embed_docs: Embed | None = None,
 ) -> FitResult:
     """Fit every query table of a bundle to corpora, and compute IDF sparse query weights.
@@ -290,20 +289,22 @@ def fit_bundle_tables(
         instructions: instruction name -> instruction text.
         embed: texts -> [n, H] full-model embeddings, exactly as the ``full-dense`` run
             encodes a query (the caller prepends nothing: texts already hold the instruction).
-        corpora: fit corpus files (documents; pseudo-queries and document frequencies).
-        queries: optional real training query files, added to the pseudo-queries.
-        max_queries: cap on pseudo-queries + queries.
+        recipe: the fit corpora (documents: pseudo-queries and document frequencies), real
+            training queries added to the pseudo-queries, their cap, and ``distill``: when
+            given, each ridge-fitted table is then refined to rank the sampled documents as
+            the full model does (``fit.distill``; needs ``embed_docs``). Its
+            ``encode_precision`` is the caller's, who made ``embed``.
         seed: seed of every random choice.
         progress: tqdm bars.
-        distill: when given, each ridge-fitted table is then refined to rank the sampled
-            documents as the full model does (``fit.distill``); needs ``embed_docs``.
         embed_docs: document texts -> [n, H] full-model document vectors (as ingest
             encodes a document).
     """
+    distill = recipe.distill
     if distill is not None and embed_docs is None:
         raise ValueError("distill needs embed_docs (the full model's document vectors)")
     start = time.perf_counter()
-    inputs = prepare_fit(tokenizer, corpora, queries=queries, max_queries=max_queries, seed=seed)
+    inputs = prepare_fit(tokenizer, recipe.corpora, queries=recipe.queries,
+                         max_queries=recipe.max_queries, seed=seed)
     stats, doc_vectors = inputs.stats, None
     fitted: dict[str, np.ndarray] = {}
     for name, instruction in instructions.items():

@@ -16,8 +16,10 @@ from lr_opensearch.engine.seismic import SeismicIndexParams
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.options import (
     DEFAULT_ENCODE_PRECISION,
+    DEFAULT_RUNTIME,
     ENCODE_PRECISIONS,
     ENGINE_CHOICES,
+    RUNTIMES,
     SPARSE_LAYOUTS,
     choice,
 )
@@ -132,6 +134,7 @@ class IngestConfig:
         modulo ``workers``; ``worker_id=None`` with ``workers > 1`` runs the local launcher.
     device: torch device for the doc encoder (``None`` = the encoder's default).
     encode_precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``).
+    runtime: one of ``options.RUNTIMES`` (``model.runtime``: ONNX Runtime or torch).
     restart: ignore (and replace) an existing checkpoint.
     state_dir: where checkpoints live; dead_letter: JSONL of every record not indexed.
     progress: show a tqdm bar; summary_json: also write the summary there.
@@ -155,6 +158,7 @@ class IngestConfig:
     worker_id: int | None = None
     device: str | None = None
     encode_precision: str = DEFAULT_ENCODE_PRECISION
+    runtime: str = DEFAULT_RUNTIME
     restart: bool = False
     state_dir: Path = field(default_factory=default_state_dir)
     dead_letter: Path | None = None
@@ -182,6 +186,7 @@ class IngestConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         choice("--encode-precision", self.encode_precision, ENCODE_PRECISIONS)
+        choice("--runtime", self.runtime, RUNTIMES)
         if self.sort_window < self.batch_size:
             raise ConfigError(f"sort_window ({self.sort_window}) must be >= batch_size "
                               f"({self.batch_size})")

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lr_opensearch.engine.lease import process_alive
+
 from .config import BulkSettings
 from .index_setup import LOAD_SETTINGS, apply_load_settings, current_settings, restore_settings
 
@@ -47,16 +49,6 @@ LOAD_KEY = "lightretriever_load"  # beside _meta.lightretriever
 
 def _host() -> str:
     return socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 @contextlib.contextmanager
@@ -144,7 +136,7 @@ def _drop_dead_runs(index: str, runs: dict[str, Any]) -> None:
     """Forget runs of this machine whose process is gone (killed without leaving)."""
     here = _host()
     for run_id, who in list(runs.items()):
-        if who.get("host") == here and who.get("pid") != os.getpid() and not _alive(int(who["pid"])):
+        if who.get("host") == here and who.get("pid") != os.getpid() and not process_alive(int(who["pid"])):
             logger.info("index %s: run %s (pid %s) died during its load; it no longer holds "
                         "the load settings (its rerun resumes it)", index, run_id, who["pid"])
             del runs[run_id]

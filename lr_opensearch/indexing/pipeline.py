@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,21 @@ NON_FINITE = "non_finite_vector"
 CHARS_PER_TOKEN_CAP = 64
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How records become encoder batches and bulk chunks. No defaults here: an ingest's
+    come from its ``IngestConfig`` (one definition), a Ray batch's from the batch itself.
+
+    Attributes:
+        batching: the batch, chunk and window sizes (:class:`Batching`).
+    """
+
+    max_length: int
+    batch_size: int
+    chunk_size: int
+    sort_window: int
+
+
 class EncodePipeline:
     """Feed records in input order; they come out encoded, in chunks, on the writer.
 
@@ -40,23 +56,22 @@ class EncodePipeline:
         keys: the bundle's sparse key cache.
         writer: the started ``BulkWriter``.
         watermark / dead_letter: shared with the writer.
-        max_length: the bundle's doc max length in tokens (for the character cap).
-        batch_size / chunk_size / sort_window: see ``IngestConfig``.
+        batching: the batch, chunk and window sizes (:class:`Batching`).
         corpus: its name, for messages.
     """
 
     def __init__(self, encoder: Any, keys: SparseKeys, writer: BulkWriter, *,
-                 watermark: Watermark, dead_letter: DeadLetter, max_length: int, batch_size: int,
-                 chunk_size: int, sort_window: int, corpus: str) -> None:
+                 watermark: Watermark, dead_letter: DeadLetter, batching: Batching,
+                 corpus: str) -> None:
         self.encoder = encoder
         self.keys = keys
         self.writer = writer
         self.watermark = watermark
         self.dead_letter = dead_letter
-        self.max_chars = max(4096, max_length * CHARS_PER_TOKEN_CAP)
-        self.batch_size = batch_size
-        self.chunk_size = chunk_size
-        self.sort_window = sort_window
+        self.max_chars = max(4096, batching.max_length * CHARS_PER_TOKEN_CAP)
+        self.batch_size = batching.batch_size
+        self.chunk_size = batching.chunk_size
+        self.sort_window = batching.sort_window
         self.corpus = corpus
         self._window: list[Record] = []
         self._chunk: list[Doc] = []

@@ -36,7 +36,7 @@ from .config import IngestConfig
 from .documents import SparseKeys
 from .index_setup import check_same_copy, ensure_index, index_layout
 from .outputs import check_outputs
-from .pipeline import EncodePipeline
+from .pipeline import Batching, EncodePipeline
 from .progress import Progress
 from .provenance import check_default_target, record_corpus
 from .reader import (
@@ -216,11 +216,11 @@ def _ingest(config: IngestConfig, adapter: EngineAdapter, encoder: Any, bundle: 
     try:
         with bulk_load(adapter, config, ck, state):
             if encoder is None:
-                from lr_opensearch.model import DocEncoder
+                from lr_opensearch.model.runtime import open_doc_encoder
 
-                encoder = DocEncoder.from_bundle(bundle, device=config.device,
-                                                 batch_size=config.batch_size,
-                                                 precision=config.encode_precision)
+                encoder = open_doc_encoder(bundle, runtime=config.runtime, device=config.device,
+                                           batch_size=config.batch_size,
+                                           precision=config.encode_precision)
             _load(_Load(config, adapter, bundle, ck, state, dl, summary,
                          Watermark(state.line, state.offset, state.counts)), encoder)
     finally:
@@ -292,10 +292,10 @@ def _load(run: _Load, encoder: Any) -> None:
                         queue_chunks=config.queue_chunks,
                         max_chunk_bytes=config.max_chunk_bytes).start()
     keys = SparseKeys(bundle.tokenizer, config.sparse_layout or RANK_FEATURES)
-    pipeline = EncodePipeline(encoder, keys, writer, watermark=wm,
-                              dead_letter=dl, max_length=bundle.config.max_length,
-                              batch_size=config.batch_size, chunk_size=config.chunk_size,
-                              sort_window=config.sort_window, corpus=config.corpus)
+    batching = Batching(bundle.config.max_length, config.batch_size, config.chunk_size,
+                        config.sort_window)
+    pipeline = EncodePipeline(encoder, keys, writer, watermark=wm, dead_letter=dl,
+                              batching=batching, corpus=config.corpus)
     reader = CorpusReader(config.corpus, worker=config.split, resume_line=state.line,
                           resume_offset=state.offset, report_truncation=True)
     cut: Truncation | None = None

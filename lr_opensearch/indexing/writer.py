@@ -91,13 +91,11 @@ class BulkWriter:
         retry: backoff policy for 429 / 5xx / connection failures.
         queue_chunks: how many encoded chunks may wait for the writer.
         max_chunk_bytes: passed to the bulk helper (a chunk larger than this is split).
-        seed: for the jitter (tests); None = random.
     """
 
     def __init__(self, adapter: EngineAdapter, index: str, *, watermark: Watermark, dead_letter: DeadLetter,
                  on_chunk_done: Callable[[], None], retry: RetryPolicy | None = None,
-                 queue_chunks: int = 2, max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
-                 seed: int | None = None) -> None:
+                 queue_chunks: int = 2, max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> None:
         self.adapter = adapter
         self.index = index
         self.watermark = watermark
@@ -106,7 +104,7 @@ class BulkWriter:
         self.retry = retry or RetryPolicy()
         self.max_chunk_bytes = max_chunk_bytes
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_chunks)
-        self._rng = random.Random(seed)
+        self._rng = random.Random()  # the retry jitter
         self._thread = threading.Thread(target=self._loop, name="lr-bulk-writer", daemon=True)
         self.error: BaseException | None = None
         self._aborted = False

@@ -21,11 +21,11 @@ import numpy as np
 
 from lr_opensearch import legs
 from lr_opensearch.errors import LRError
-from lr_opensearch.options import DEFAULT_CANDIDATES
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
     from lr_opensearch.query import QueryEncoder
+    from lr_opensearch.search import SearchOptions
 
 logger = logging.getLogger(__name__)
 
@@ -72,21 +72,25 @@ def full_model_available(bundle: Bundle) -> bool:
 
 
 def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: str = "auto",
-               k: int = 10, candidates: int = DEFAULT_CANDIDATES, client: Any = None,
+               options: SearchOptions | None = None, client: Any = None,
                full: bool | None = None, slider: str | None = None) -> Any:
     """The Flask app for ``index`` searched with the bundle at ``bundle_path``: the fused
     list and one list per leg whose input can be made here (the ``full_dense`` leg's when the
     bundle's document encoder can run here, loaded on the first search; ``full`` forces
     it on or off). ``slider``: the leg whose weight the slider moves, the others sharing the
-    rest (:func:`lr_opensearch.legs.move_weight`; None: the bundle's first weighted leg)."""
+    rest (:func:`lr_opensearch.legs.move_weight`; None: the bundle's first weighted leg).
+    ``options``: the searches' :class:`~lr_opensearch.search.SearchOptions` (``k`` hits a
+    list, ``candidates`` a leg, ...), always fused in this process (``fusion="client"``)."""
     from flask import Flask, jsonify, render_template, request
 
     from lr_opensearch.bundle import load_bundle
     from lr_opensearch.engine.client import connect
-    from lr_opensearch.search import Retriever
+    from lr_opensearch.search import QueryEncoding, Retriever, SearchOptions
     from lr_opensearch.search.fusion import bundle_weights
 
     app = Flask(__name__)
+    page_options = options or SearchOptions()
+    k = page_options.k
     bundle = load_bundle(bundle_path)
     defaults = bundle_weights(bundle.config)
     slider = slider or next(name for name, w in defaults.items() if w > 0.0)
@@ -110,8 +114,8 @@ def create_app(bundle_path: str, index: str, *, url: str | None = None, engine: 
         if state["retriever"] is None:
             c = client if client is not None else connect(url, engine=engine)
             state["retriever"] = Retriever(
-                bundle, c, index, fusion="client", candidates=candidates,
-                input_encoders={legs.FULL_QUERY_VECTOR: full_vectors})
+                bundle, c, index, page_options.replace(fusion="client"),
+                encoding=QueryEncoding(input_encoders={legs.FULL_QUERY_VECTOR: full_vectors}))
         return state["retriever"]
 
     @app.get("/")

@@ -81,7 +81,7 @@ BM25 = Leg(
     sub_query=_text, default_weight=0.4, baseline=True, run="bm25", in_cluster=_text_in_cluster,
 )
 # The reference: the same knn with the full model's query vector (a model forward per query,
-# given through ``Retriever(input_encoders={FULL_QUERY_VECTOR: ...})``; see
+# given through ``QueryEncoding(input_encoders={FULL_QUERY_VECTOR: ...})``; see
 # ``lr_opensearch.model.full_model.full_query_encoder``). Never weighted by default.
 FULL = Leg(
     name="full_dense", label="full model, dense", input=FULL_QUERY_VECTOR,

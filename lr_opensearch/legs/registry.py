@@ -5,7 +5,7 @@ is one :func:`register` call:
 
 * ``input``: which per-query input it searches with (:data:`QUERY_VECTOR`,
   :data:`TOKEN_WEIGHTS`, :data:`QUERY_TEXT`, or a new name that the caller supplies, e.g.
-  through ``Retriever(input_encoders={name: fn})``);
+  through ``Retriever(encoding=QueryEncoding(input_encoders={name: fn}))``);
 * ``sub_query``: how an engine adapter builds its sub-query from that input;
 * ``score``: how its engine score reads for people (the dense leg's knn score is the
   engine's transform of the inner product; explain and ``Hit.scores`` show the inner

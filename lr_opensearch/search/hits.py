@@ -23,6 +23,16 @@ FusedRow = tuple[str, float, list[Any], list[Any], list[Any]]  # fuse_many's row
 
 
 @dataclass(frozen=True)
+class LegValues:
+    """One document's per-leg values in one search: each leg's score as the engine returned
+    it (``engine``), normalised (``norm``) and its rank in the leg's list (``ranks``)."""
+
+    engine: Legs = field(default_factory=dict)
+    norm: Legs = field(default_factory=dict)
+    ranks: Legs = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Hit:
     """One search result.
 
@@ -112,9 +122,8 @@ def assemble_client(
             refs[key],
             req.from_ + pos + 1,
             score,
-            engine[key],
-            dict(zip(legs, norm, strict=True)),
-            dict(zip(legs, ranks, strict=True)),
+            LegValues(engine[key], dict(zip(legs, norm, strict=True)),
+                      dict(zip(legs, ranks, strict=True))),
             sources.get(refs[key]),
             query_sparse,
             req,
@@ -143,9 +152,9 @@ def assemble_server(
                 h.ref,
                 req.from_ + pos + 1,
                 h.score,
-                engine.get(hit_key(h), {}),
-                dict(zip(legs, row[3], strict=True)) if row else {},
-                dict(zip(legs, row[4], strict=True)) if row else {},
+                LegValues(engine.get(hit_key(h), {}),
+                          dict(zip(legs, row[3], strict=True)) if row else {},
+                          dict(zip(legs, row[4], strict=True)) if row else {}),
                 h.source if fetched is None else fetched.get(h.ref),
                 query_sparse,
                 req,
@@ -172,8 +181,8 @@ def assemble_calibrated(
     for pos, h in enumerate(res.hits[req.from_ : req.page_end]):
         mine = engine.get(hit_key(h), {})
         norm = {name: s * boosts[name] / weights[name] for name, s in mine.items()}
-        hits.append(make_hit(h.ref, req.from_ + pos + 1, h.score, mine, norm, {}, h.source,
-                             query_sparse, req))
+        hits.append(make_hit(h.ref, req.from_ + pos + 1, h.score, LegValues(mine, norm),
+                             h.source, query_sparse, req))
     return hits
 
 
@@ -185,8 +194,9 @@ def assemble_single(
     hits = []
     for pos, h in enumerate(res.hits[req.from_ : req.page_end]):
         rank = req.from_ + pos + 1
-        hits.append(make_hit(h.ref, rank, leg.score(h.score), {req.mode: h.score}, {},
-                             {req.mode: rank}, h.source, query_sparse, req))
+        values = LegValues({req.mode: h.score}, ranks={req.mode: rank})
+        hits.append(make_hit(h.ref, rank, leg.score(h.score), values, h.source, query_sparse,
+                             req))
     return hits
 
 
@@ -194,15 +204,13 @@ def make_hit(
     ref: DocRef,
     rank: int,
     score: float,
-    engine: Legs,
-    norm: Legs,
-    ranks: Legs,
+    values: LegValues,
     source: Mapping[str, Any] | None,
     query_sparse: Mapping[str, float] | None,
     req: SearchRequest,
 ) -> Hit:
-    """One Hit of the document ``ref`` (index, _id); ``engine`` holds each leg's score as
-    the engine returned it."""
+    """One Hit of the document ``ref`` (index, _id) from its per-leg ``values``."""
+    engine, norm, ranks = values.engine, values.norm, values.ranks
     scores = {name: leg_registry.get(name).score(s) for name, s in engine.items()
               if s is not None}
     explanation = None

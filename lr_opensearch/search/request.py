@@ -6,8 +6,8 @@ repeated per method.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from lr_opensearch import legs
@@ -24,6 +24,7 @@ from lr_opensearch.options import (
     DEFAULT_CALIBRATION_FORM,
     DEFAULT_CANDIDATES,
     DEFAULT_RERANK_DEPTH,
+    ENCODINGS,
     FUSION_PATHS,
     MAX_RESULT_WINDOW,
     NORMALIZATIONS,
@@ -162,6 +163,31 @@ class SearchOptions:
                               f"{', '.join(self.names())}")
         given = {key: v for key, v in overrides.items() if v is not None}
         return dataclasses.replace(self, **given) if given else self
+
+
+InputEncoder = Callable[[list[str]], Sequence[Any]]  # texts -> one input value per text
+
+
+@dataclass(frozen=True)
+class QueryEncoding:
+    """Where and how a ``Retriever`` encodes its queries (fixed for its life).
+
+    Attributes:
+        encode: ``client`` (default: the bundle's query encoder runs here) or ``cluster``:
+            the requests carry the text only and the cluster's models encode it (``lr
+            models deploy``; OpenSearch with ml-commons; docs/IN_CLUSTER.md).
+        sparse_min_idf: prune the sparse query: tokens with IDF below it are not sent
+            (see ``QueryEncoder``; 0, the default, keeps all). Unused with a ready encoder.
+        input_encoders: per query input that neither the query encoder nor the text gives
+            (a registered leg's ``input``), a function from texts to one value per text.
+    """
+
+    encode: str = ENCODINGS[0]
+    sparse_min_idf: float = 0.0
+    input_encoders: Mapping[str, InputEncoder] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        choice("query encoding", self.encode, ENCODINGS)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ every path (``SearchRequest``); server and client paths see the same lists.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from lr_opensearch.legs import (
     FusionConfig,
     fusion_config,
 )
-from lr_opensearch.options import CALIBRATED, ENCODINGS, choice
+from lr_opensearch.options import CALIBRATED
 from lr_opensearch.search.calibrated import OneQuery, SubQueries
 from lr_opensearch.search.fusion import bundle_weights
 from lr_opensearch.search.hits import (
@@ -47,6 +47,7 @@ from lr_opensearch.search.hits import (
     refs_of,
 )
 from lr_opensearch.search.request import (
+    QueryEncoding,
     SearchOptions,
     SearchRequest,
     check_target,
@@ -60,9 +61,6 @@ if TYPE_CHECKING:
     from lr_opensearch.search.rerank import Reranker, RerankStage
 
 logger = logging.getLogger(__name__)
-
-InputEncoder = Callable[[list[str]], Sequence[Any]]  # texts -> one input value per text
-
 
 class Retriever:
     """Search a LightRetriever index with a bundle's query encoder.
@@ -79,13 +77,9 @@ class Retriever:
             seconds a search) or a ready ``RerankStage``; None (default): no model at query
             time.
         check_bundle: verify the index ``_meta`` bundle id first (default True).
-        sparse_min_idf: prune the sparse query: tokens with IDF below it are not sent
-            (see ``QueryEncoder``; 0, the default, keeps all). Ignored with ``encoder``.
-        input_encoders: per query input that neither the query encoder nor the text gives
-            (a registered leg's ``input``), a function from texts to one value per text.
-        encode: ``client`` (default: the bundle's query encoder runs here) or ``cluster``:
-            the requests carry the text only and the cluster's models encode it (``lr
-            models deploy``; OpenSearch with ml-commons; docs/IN_CLUSTER.md).
+        encoding: where and how queries are encoded, a
+            :class:`~lr_opensearch.search.request.QueryEncoding` (``encode="cluster"``,
+            ``sparse_min_idf``, ``input_encoders``; default: here, every token, none).
         **option_overrides: fields of ``SearchOptions`` (``weights=``, ``fusion=``,
             ``candidates=``, ...), applied to ``options``.
     """
@@ -100,9 +94,7 @@ class Retriever:
         encoder: QueryEncoder | Any = None,
         rerank: Reranker | RerankStage | None = None,
         check_bundle: bool = True,
-        sparse_min_idf: float = 0.0,
-        input_encoders: Mapping[str, InputEncoder] | None = None,
-        encode: str = ENCODINGS[0],
+        encoding: QueryEncoding | None = None,
         **option_overrides: Any,
     ):
         self.bundle = bundle
@@ -114,8 +106,9 @@ class Retriever:
             weights=base.weights if base.weights is not None else bundle_weights(cfg),
             semantics=base.semantics or cfg.fusion_semantics)
         self.defaults = self._fusion(self.options)
-        self.input_encoders = dict(input_encoders or {})
-        self.encode = choice("query encoding", encode, ENCODINGS)
+        encoding = encoding or QueryEncoding()
+        self.input_encoders = dict(encoding.input_encoders)
+        self.encode = encoding.encode
         self.cluster: dict[str, Any] | None = None
         self._told: set[str] = set()
         self._shards: int | None = None
@@ -133,7 +126,7 @@ class Retriever:
             from lr_opensearch.query import QueryEncoder
 
             encoder = QueryEncoder(bundle, instruction=self.options.instruction,
-                                   sparse_min_idf=sparse_min_idf)
+                                   sparse_min_idf=encoding.sparse_min_idf)
         self.encoder = encoder
 
     def documents(self) -> int:
@@ -205,7 +198,7 @@ class Retriever:
             if encode is None:
                 raise ConfigError(f"no input encoder for {name!r}, which leg(s) "
                                   f"{', '.join(sorted(n for n in legs if leg_registry.get(n).input == name))} "
-                                  f"search with; give Retriever(input_encoders={{{name!r}: fn}})")
+                                  f"search with; give Retriever(encoding=QueryEncoding(input_encoders={{{name!r}: fn}}))")
             out[name] = encode(list(texts))
         return out
 

@@ -41,7 +41,6 @@ import numpy as np
 from lr_opensearch.engine.factory import make_adapter
 from lr_opensearch.errors import BundleMismatchError, ConfigError
 from lr_opensearch.legs.scores import inner_product_from_score
-from lr_opensearch.options import DEFAULT_RERANK_DEPTH
 from lr_opensearch.search.hits import Hit
 
 if TYPE_CHECKING:
@@ -162,15 +161,15 @@ class XTRRetriever:
         ef_search: HNSW ``ef_search`` (None: the index default; at least ``k_prime`` is used
             by the engine anyway).
         bundle_id / token_dim: when given, the index ``_meta`` must match them.
-        rerank / rerank_depth / rerank_budget_s: a second stage, as for
-            :class:`~lr_opensearch.search.Retriever`.
+        rerank: a second stage: a ready
+            :class:`~lr_opensearch.search.rerank.RerankStage` (its depth and time budget),
+            or a reranker (the default depth, no budget); None: none.
     """
 
     def __init__(self, client: Any, index: str, *, encode: QueryEncode | None = None,
                  k_prime: int = DEFAULT_K_PRIME, ef_search: int | None = None,
                  bundle_id: str | None = None, token_dim: int | None = None,
-                 rerank: Reranker | RerankStage | None = None, rerank_depth: int = DEFAULT_RERANK_DEPTH,
-                 rerank_budget_s: float | None = None) -> None:
+                 rerank: Reranker | RerankStage | None = None) -> None:
         from lr_opensearch.search.rerank import as_stage
 
         if k_prime < 1:
@@ -180,7 +179,7 @@ class XTRRetriever:
         self.encode = encode
         self.k_prime = int(k_prime)
         self.ef_search = ef_search
-        self.rerank = as_stage(rerank, rerank_depth, rerank_budget_s)
+        self.rerank = as_stage(rerank)
         self.meta = check_token_index(self.adapter.index_meta(index), index, bundle_id,
                                       token_dim)
 

@@ -22,14 +22,14 @@ final class Page {
     private final IndexRecord record;
     private final SearchAction.Plan plan;
     private final SearchBody body;
-    private final long started;
+    private final Timings timings;
 
-    Page(Cluster cluster, IndexRecord record, SearchAction.Plan plan, SearchBody body, long started) {
+    Page(Cluster cluster, IndexRecord record, SearchAction.Plan plan, SearchBody body, Timings timings) {
         this.cluster = cluster;
         this.record = record;
         this.plan = plan;
         this.body = body;
-        this.started = started;
+        this.timings = timings;
     }
 
     /** A score as the client reads it from JSON: the float's shortest decimal, as a double. */
@@ -85,6 +85,7 @@ final class Page {
                 hits.add(hit(h, reads(name, engineScore), null, engine, new Double[] {null}, new Integer[] {pos + 1}));
             }
         }
+        timings.fused();
         fetchSources(hits, total, listener);
     }
 
@@ -156,7 +157,8 @@ final class Page {
         inner.put("max_score", hits.isEmpty() ? null : hits.get(0).get("_score"));
         inner.put("hits", hits);
         Map<String, Object> out = new LinkedHashMap<>();
-        out.put("took", (System.nanoTime() - started) / 1_000_000);
+        Map<String, Object> phases = timings.asMap();
+        out.put("took", timings.tookMillis());
         out.put("timed_out", false);
         out.put("hits", inner);
         Map<String, Object> lr = new LinkedHashMap<>();
@@ -165,6 +167,7 @@ final class Page {
         lr.put("legs", plan.legs);
         lr.put("weights", plan.shownWeights);
         lr.put("candidates", plan.candidates);
+        lr.put("timings", phases);
         out.put("lightretriever", lr);
         return out;
     }

@@ -40,7 +40,7 @@ final class SearchAction {
     private final NamedXContentRegistry registry;
     private final String target;
     private final SearchBody body;
-    private final long started = System.nanoTime();
+    private final Timings timings = new Timings(System.nanoTime());
 
     SearchAction(Cluster cluster, ModelStore store, NamedXContentRegistry registry, String target, SearchBody body) {
         this.cluster = cluster;
@@ -79,6 +79,7 @@ final class SearchAction {
 
     private void search(IndexRecord record, Plan plan, QueryModel model, ActionListener<Map<String, Object>> listener)
         throws IOException {
+        timings.resolved();
         int maxChars = model.maxTokens() * CHARS_PER_TOKEN_CAP;
         int chars = body.text.codePointCount(0, body.text.length());
         if (chars > maxChars) {
@@ -92,6 +93,7 @@ final class SearchAction {
             throw LrError.badRequest("\"text\" cannot be searched: " + e.getMessage()
                 + "; send words the bundle's vocabulary knows");
         }
+        timings.encoded();
         int pageEnd = body.from + body.size;
         int k = Math.max(plan.candidates, pageEnd);
         int size = plan.hybrid ? k : pageEnd;
@@ -110,8 +112,10 @@ final class SearchAction {
             }
         }
         cluster.multiSearch(msearch, ActionListener.wrap(response -> {
-            List<List<SearchHit>> perLeg = legHits(response, plan.legs.size(), Math.max(1, shards));
-            new Page(cluster, record, plan, body, started).answer(perLeg, listener);
+            long[] took = new long[plan.legs.size()];
+            List<List<SearchHit>> perLeg = legHits(response, plan.legs.size(), Math.max(1, shards), took);
+            timings.searched(plan.legs, took);
+            new Page(cluster, record, plan, body, timings).answer(perLeg, listener);
         }, listener::onFailure));
     }
 
@@ -128,8 +132,8 @@ final class SearchAction {
         }
     }
 
-    /** Per leg, its hits (the shards' lists merged, best score first, stable). */
-    private static List<List<SearchHit>> legHits(MultiSearchResponse response, int legs, int shards) {
+    /** Per leg, its hits (the shards' lists merged, best score first, stable); its took (the slowest shard's) into ``took``. */
+    private static List<List<SearchHit>> legHits(MultiSearchResponse response, int legs, int shards, long[] took) {
         MultiSearchResponse.Item[] items = response.getResponses();
         List<List<SearchHit>> out = new ArrayList<>();
         for (int j = 0; j < legs; j++) {
@@ -140,6 +144,7 @@ final class SearchAction {
                     throw Errors.asRuntime(item.getFailure());
                 }
                 SearchResponse one = item.getResponse();
+                took[j] = Math.max(took[j], one.getTook().millis());
                 if (one.getFailedShards() > 0) {
                     ShardSearchFailure f = one.getShardFailures()[0];
                     throw new LrError(f.status().getStatus(), "lightretriever_leg_failed", one.getFailedShards()

@@ -1,0 +1,126 @@
+"""``OnnxDocEncoder``: ``DocEncoder`` with the backbone on ONNX Runtime, and no torch.
+
+Documents are tokenized and framed exactly as on torch (``framing.tokenize_texts``),
+batched by length (``batching.length_batches``), right-padded; the backbone's graph
+(``onnx_graph``: a packaged jar's, else a one-time export) gives the last hidden states,
+and the rest of THE document forward (pooling, the sparse head's projection, ReLU, log1p,
+max, top-k) is ``numpy_head``'s, the same arithmetic as torch's. Encoders in the "max"
+sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
+(``runtime.open_doc_encoder`` chooses).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lr_opensearch.errors import ConfigError, IngestError
+from lr_opensearch.model.batching import DocBatch, length_batches, padded_numpy
+from lr_opensearch.model.framing import Framing, instruction_ids, special_token_ids, tokenize_texts
+from lr_opensearch.model.numpy_head import NumpyHead
+from lr_opensearch.model.onnx_graph import Graph, graph_of_bundle
+from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
+from lr_opensearch.model.settings import DocSettings
+
+if TYPE_CHECKING:
+    from lr_opensearch.bundle import Bundle
+
+logger = logging.getLogger(__name__)
+
+
+class OnnxDocEncoder:
+    """Encodes documents with a backbone graph on ONNX Runtime; ``DocEncoder``'s interface.
+
+    Args:
+        graph: the checked graph (``onnx_graph.ensure_graph``).
+        tokenizer: a ``tokenizers.Tokenizer`` (the bundle's).
+        doc: what a document becomes (``settings.DocSettings``, as ``DocEncoder``'s).
+        pooling, normalize: the bundle's dense pooling and normalisation.
+        batch_size: documents per run of the graph.
+        threads: ONNX Runtime intra-op threads (``onnx_session``).
+        screen: the sparse projection screened in bfloat16 by torch (``screened_head``:
+            the same kept terms and weights; needs torch). Off by default: measured on
+            ADI it was no faster than numpy's float32 here (docs/RESULTS.md, issue 47).
+    """
+
+    runtime = "onnx"
+
+    def __init__(self, graph: Graph, tokenizer: Any, doc: DocSettings, *, pooling: str,
+                 normalize: bool, batch_size: int = 32, threads: int | None = None,
+                 screen: bool = False) -> None:
+        max_length, served_dim, document_prompt = doc.max_length, doc.served_dim, doc.document_prompt
+        self.graph = graph
+        self.session = onnx_session(graph.onnx_path, threads)
+        self.tokenizer = tokenizer
+        self.framing = Framing.derive(tokenizer, "encoder")
+        prompt = instruction_ids(tokenizer, document_prompt)
+        self._prompt_tokens = len(prompt)
+        self._doc_framing = Framing(prefix=(*self.framing.prefix, *prompt), suffix=self.framing.suffix)
+        self.max_length = max_length
+        self.batch_size = batch_size
+        hidden = graph.weight.shape[1]
+        self.head = NumpyHead(
+            weight=graph.weight, bias=graph.bias, pooling=pooling, normalize=normalize,
+            served_dim=served_dim or hidden, suffix=len(self.framing.suffix),
+            excluded=np.asarray(special_token_ids(tokenizer), dtype=np.int64),
+            vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=doc.top_k,
+            min_weight=max(float(doc.min_weight), 0.0))
+        self._check_hidden(hidden)
+        self._sparse = self.head.sparse
+        if screen:
+            from lr_opensearch.model.screened_head import screened_sparse
+
+            self._sparse = functools.partial(screened_sparse, self.head)
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle, batch_size: int = 32, threads: int | None = None,
+                    screen: bool = False) -> OnnxDocEncoder:
+        """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
+        cfg = bundle.config
+        graph = graph_of_bundle(bundle)
+        logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
+        return cls(graph, bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
+                   normalize=cfg.normalize, batch_size=batch_size, threads=threads, screen=screen)
+
+    def _check_hidden(self, hidden: int) -> None:
+        """Run the graph once on two tokens: its output must be [1, 2, hidden] (refused
+        before any document is encoded otherwise)."""
+        ids = np.asarray([[*self.framing.prefix, *self.framing.suffix] or [0, 0]], dtype=np.int64)
+        out = self.session.run(None, graph_inputs(self.session, ids, np.ones_like(ids)))[0]
+        if out.shape != (*ids.shape, hidden):
+            raise ConfigError(f"ONNX graph {self.graph.onnx_path}: output shape {list(out.shape)} "
+                              f"for input {list(ids.shape)}; the projection expects hidden size "
+                              f"{hidden}. Delete {self.graph.path} to make it again")
+
+    def encode(self, texts: Sequence[str]) -> DocBatch:
+        """Encode documents; see ``DocBatch``. Batches by length, returns input order."""
+        return self._run(texts, sparse=True, documents=True)
+
+    def encode_dense(self, texts: Sequence[str], *, documents: bool = False) -> np.ndarray:
+        """Dense vectors alone (``DocEncoder.encode_dense``)."""
+        return self._run(texts, sparse=False, documents=documents).dense
+
+    def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
+        framing = self._doc_framing if documents else self.framing
+        ids, truncated = tokenize_texts(self.tokenizer, texts, framing, self.max_length)
+        for i, row in enumerate(ids):
+            if not row:
+                raise IngestError(f"document {i} of the batch tokenizes to nothing and the "
+                                  "model adds no special tokens; drop empty documents")
+        dense = np.zeros((len(ids), self.head.served_dim), dtype=np.float32)
+        terms: list[dict[int, float]] = [{} for _ in ids]
+        prefix = len(framing.prefix)
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded_numpy([ids[i] for i in chunk])
+            outputs = self.session.run(None, graph_inputs(self.session, input_ids, mask))
+            dense[chunk] = self.head.dense(outputs[0], mask)
+            if sparse:
+                hidden = outputs[1] if self.graph.head_hidden else outputs[0]
+                weights = self._sparse(hidden, mask, prefix=prefix)
+                for i, doc_terms in zip(chunk, self.head.select_terms(weights), strict=True):
+                    terms[i] = doc_terms
+        return DocBatch(dense=dense, sparse=terms, truncated=truncated)
