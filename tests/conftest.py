@@ -88,9 +88,7 @@ def _es_answers(url: str) -> bool:
 
 
 def _from_docker(request: pytest.FixtureRequest) -> str:
-    # The compose file publishes on LR_DOCKER_HTTP_PORT; a free one keeps dev nodes safe.
-    os.environ.setdefault("LR_DOCKER_HTTP_PORT", str(free_port()))
-    services = request.getfixturevalue("docker_services")
+    services = request.getfixturevalue("docker_services")  # (its port: docker_compose_command)
     port = services.port_for("opensearch", 9200)
     url = f"http://127.0.0.1:{port}"
     services.wait_until_responsive(check=lambda: _answers(url), timeout=400.0, pause=2.0)
@@ -135,6 +133,10 @@ def docker_compose_command() -> str:
     from docker_support import ensure_images
 
     ensure_images()
+    # The compose file publishes on LR_DOCKER_HTTP_PORT; a free one keeps dev nodes safe. Picked
+    # after the image builds (minutes), right before `up`: picked earlier, another process
+    # (a test node) once took it in between ("bind: address already in use").
+    os.environ.setdefault("LR_DOCKER_HTTP_PORT", str(free_port()))
     return "docker compose"
 
 
