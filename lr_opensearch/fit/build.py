@@ -278,6 +278,9 @@ def build_bundle_from_model(
         result = fit_tables(model, tokenizer, rows, instructions, doc, fit, progress=progress,
                             source_dir=tables.source_dir)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
+        if fit.sparse_lowrank is not None and result.inputs is not None:
+            stats["sparse_lowrank"] = fit_lowrank(model, tokenizer, result.inputs, fit, doc, progress=progress)
+            config = dataclasses.replace(config, sparse_lowrank=fit.sparse_lowrank.rank)
         if fit.sparse is not None and result.inputs is not None:
             stats["sparse_doc"] = fit_sparse(model, tokenizer, result.inputs, fit, doc, progress=progress)
             config = dataclasses.replace(config, sparse_term_affine=True)
@@ -321,6 +324,31 @@ def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, re
     finally:
         model.train(was_training)
     model.set_term_affine(head)
+    return stats.to_dict()
+
+
+def fit_lowrank(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, recipe: FitRecipe,
+                doc: DocSettings, *, progress: bool = True) -> dict[str, Any]:
+    """Fit a low-rank correction of the sparse projection (``fit.sparse_lowrank``) on the
+    table fit's documents and pseudo-queries, set it on ``model`` (saved with its doc
+    encoder) and return the record of the fit."""
+    from lr_opensearch.fit.sparse_lowrank import fit_sparse_lowrank
+    from lr_opensearch.model import DocEncoder
+
+    if recipe.sparse_lowrank is None:
+        raise ValueError("fit_lowrank needs a recipe with low-rank settings")
+    if model.medusa is not None:
+        raise ConfigError(f"--fit-sparse-lowrank fits the 'max' sparse head; this model's sparse_mode is "
+                          f"{model.sparse_mode!r}; build without --fit-sparse-lowrank")
+    was_training = model.training
+    model.sparse_lowrank = None
+    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=32,
+                         precision=recipe.encode_precision)
+    try:
+        head, stats = fit_sparse_lowrank(encoder, inputs, recipe.sparse_lowrank, progress=progress)
+    finally:
+        model.train(was_training)
+    model.sparse_lowrank = head.to(model.device)
     return stats.to_dict()
 
 

@@ -40,6 +40,7 @@ def recipe_key() -> str:
                   pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
                   pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, ridge.LAMS, distill.DEFAULT_DISTILL,
                   *(() if sparse.DEFAULT_SPARSE_FIT is None else (sparse.DEFAULT_SPARSE_FIT,)),
+                  *(() if sparse.DEFAULT_SPARSE_LOWRANK is None else (sparse.DEFAULT_SPARSE_LOWRANK,)),
                   sorted((leg, w) for leg, w in default_weights().items() if w > 0)))
     # (a leg of weight 0 is in no new bundle's weights: registering one keeps the stored ones)
     return hashlib.sha256(facts.encode()).hexdigest()[:8]

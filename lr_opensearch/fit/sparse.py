@@ -1,4 +1,5 @@
-"""Fitting the document side of the sparse leg: a per-term scale and bias (issue 48, 1a).
+"""Fitting the document side of the sparse leg: a per-term scale and bias (issue 48, 1a);
+the settings of the low-rank correction of the projection (1b, ``fit.sparse_lowrank``).
 
 The query side of LR sparse is fixed: a query's distinct tokens, each weighted by its IDF
 (``fit.tables.idf_weights``), no model. The document side is the backbone's sparse head,
@@ -124,3 +125,65 @@ class QuerySet:
 
 #: the sparse fit of ``lr bundle build --fit-corpus`` (None: the head as it is)
 DEFAULT_SPARSE_FIT: SparseFitConfig | None = None
+
+
+PAIRS = ("cut", "masked")
+
+
+@dataclass(frozen=True)
+class LowRankFitConfig:
+    """Settings of the low-rank fit.
+
+    Attributes:
+        rank: r, the correction's rank.
+        steps: optimizer steps (each a batch of queries).
+        batch: queries per step.
+        negatives: random documents added to each step's in-batch documents.
+        lr: Adam step size.
+        flops: weight of the FLOPS penalty relative to the unfitted head's.
+        flops_columns: vocabulary columns drawn per step for the FLOPS term.
+        pairs: "cut" (the pseudo-query against its whole document) or "masked" (its
+            document without the positions that hold its tokens).
+        max_positions: positions of a document read (its first ones).
+        max_docs: cap on the documents encoded (a uniform sample of the fit's documents).
+    """
+
+    rank: int = 32
+    steps: int = 300
+    batch: int = 32
+    negatives: int = 32
+    lr: float = 1e-3
+    flops: float = 1.0
+    flops_columns: int = 1024
+    pairs: str = "cut"
+    max_positions: int = 256
+    max_docs: int = 6000
+
+    def __post_init__(self) -> None:
+        if min(self.rank, self.steps, self.batch, self.max_positions) < 1 or self.negatives < 0 \
+                or not self.lr > 0 or self.flops < 0 or self.flops_columns < 1:
+            raise ConfigError(f"LowRankFitConfig: rank, steps, batch and max_positions must be >= 1, "
+                              f"negatives >= 0, lr > 0, flops >= 0, flops_columns >= 1; got {self}")
+        if self.pairs not in PAIRS:
+            raise ConfigError(f"LowRankFitConfig: pairs must be one of {', '.join(PAIRS)}, got {self.pairs!r}")
+
+
+@dataclass
+class LowRankFitStats:
+    """What the low-rank fit did (the manifest's ``fit.sparse_lowrank``)."""
+
+    config: dict[str, Any]
+    documents: int
+    queries: int
+    loss_first: float
+    loss_last: float
+    flops_ratio_last: float
+    encode_seconds: float = 0.0
+    fit_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: the low-rank fit of ``lr bundle build --fit-corpus`` (None: the projection as it is)
+DEFAULT_SPARSE_LOWRANK: LowRankFitConfig | None = None

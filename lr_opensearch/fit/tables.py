@@ -62,7 +62,12 @@ from lr_opensearch.fit.pseudo import (
     with_queries,
 )
 from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
-from lr_opensearch.fit.sparse import DEFAULT_SPARSE_FIT, SparseFitConfig
+from lr_opensearch.fit.sparse import (
+    DEFAULT_SPARSE_FIT,
+    DEFAULT_SPARSE_LOWRANK,
+    LowRankFitConfig,
+    SparseFitConfig,
+)
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
@@ -124,6 +129,8 @@ class FitRecipe:
         runtime: where they are computed (``options.RUNTIMES``, ``model.runtime``).
         sparse: the document side's per-term scale and bias fitted on the same
             pseudo-queries (``fit.sparse``); None: the sparse head as it is.
+        sparse_lowrank: a low-rank correction of the sparse projection fitted on the same
+            pseudo-queries (``fit.sparse_lowrank``); None: the projection as it is.
 
     >>> FitRecipe(corpora=("corpus.jsonl.gz",)).enabled
     True
@@ -136,6 +143,7 @@ class FitRecipe:
     encode_precision: str = DEFAULT_ENCODE_PRECISION
     runtime: str = DEFAULT_RUNTIME
     sparse: SparseFitConfig | None = DEFAULT_SPARSE_FIT
+    sparse_lowrank: LowRankFitConfig | None = DEFAULT_SPARSE_LOWRANK
 
     @property
     def enabled(self) -> bool:

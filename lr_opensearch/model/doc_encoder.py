@@ -29,6 +29,7 @@ from lr_opensearch.model.precision import (
     sparse_exact_top,
 )
 from lr_opensearch.model.settings import DocSettings, RetrieverSettings
+from lr_opensearch.model.sparse_lowrank import LOWRANK_FILE
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
@@ -97,6 +98,11 @@ class DocEncoder:
         model = LightRetrieverModel.from_pretrained(bundle.doc_encoder_dir, settings, dtype=dtype,
                                                     tokenizer=bundle.tokenizer,
                                                     term_affine=cfg.sparse_term_affine)
+        if cfg.sparse_lowrank and model.sparse_lowrank is None:
+            raise IngestError(f"bundle {bundle.path}: its config names a sparse low-rank correction but "
+                              f"doc_encoder/{LOWRANK_FILE} is missing; rebuild the bundle")
+        if not cfg.sparse_lowrank:
+            model.sparse_lowrank = None  # the config rules: a stray file is not read
         return cls(model, bundle.tokenizer, DocSettings.of_bundle(cfg), batch_size=batch_size, device=device,
                    precision=precision)
 
@@ -128,6 +134,24 @@ class DocEncoder:
             out[chunk] = np.nan_to_num(maxima, neginf=-1e4).astype(np.float16)
         assert out is not None
         return out
+
+    def encode_states(self, texts: Sequence[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per document, float16 [T_d, H] the sparse projection's inputs at the positions its
+        max reads, and int32 [T_d] their token ids (``LightRetrieverModel.document_states``;
+        what ``fit.sparse_lowrank`` fits on), framed and batched as ``encode`` frames them."""
+        ids, _ = tokenize_texts(self.tokenizer, texts, self._doc_framing, self.max_length)
+        states: list[np.ndarray] = [np.empty(0)] * len(ids)
+        tokens: list[np.ndarray] = [np.empty(0)] * len(ids)
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded([ids[i] for i in chunk])
+            with torch.inference_mode():
+                hidden, content = self.model.document_states(input_ids.to(self.device), mask.to(self.device),
+                                                             prompt_tokens=self._prompt_tokens)
+            hidden, content = hidden.float().cpu().numpy(), content.cpu().numpy()
+            for row, i in enumerate(chunk):
+                states[i] = hidden[row][content[row]].astype(np.float16)
+                tokens[i] = input_ids[row].numpy()[content[row]].astype(np.int32)
+        return states, tokens
 
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
         framing = self._doc_framing if documents else self.model.framing

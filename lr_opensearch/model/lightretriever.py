@@ -38,6 +38,7 @@ from lr_opensearch.model.loading import (
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
 from lr_opensearch.model.settings import RetrieverSettings
+from lr_opensearch.model.sparse_lowrank import LOWRANK_FILE, LowRankCorrection
 from lr_opensearch.model.term_affine import TERM_AFFINE_FILE, TermAffine
 from lr_opensearch.options import POOLINGS, choice
 
@@ -103,6 +104,8 @@ class LightRetrieverModel(nn.Module):
         #: the fitted per-term scale and bias of the "max" sparse vector (``term_affine``);
         #: None: the head as it is
         self.term_affine: TermAffine | None = None
+        #: the fitted low-rank correction of the sparse projection (``sparse_lowrank``)
+        self.sparse_lowrank: LowRankCorrection | None = None
         if self.sparse_mode != "max":
             if not framing.suffix:
                 raise ConfigError(f"sparse_mode {self.sparse_mode!r} reads p_eos at the framing's end "
@@ -167,6 +170,9 @@ class LightRetrieverModel(nn.Module):
                 raise ConfigError(f"{model_dir}: no {TERM_AFFINE_FILE} (the fitted sparse scale and "
                                   "bias the bundle names); rebuild the bundle")
             model.set_term_affine(TermAffine.load(affine_file, model.vocab_size))
+        if (model_dir / LOWRANK_FILE).is_file():  # a bundle's config names it (DocEncoder checks)
+            model.sparse_lowrank = LowRankCorrection.load(model_dir / LOWRANK_FILE, model.vocab_size,
+                                                          model.hidden_size)
         return model
 
     def set_term_affine(self, head: TermAffine | None) -> None:
@@ -268,7 +274,7 @@ class LightRetrieverModel(nn.Module):
             ``sparse_mode``'s (Medusa modes add the self-distillation logits).
         """
         hidden, mask, dense = self._dense_forward(input_ids, attention_mask)
-        weight, bias = self.head.projection(self.hf)
+        weight, bias = self.sparse_projection()
         if self.medusa is not None:
             out = aggregate(self.medusa, self.head.transform(self.hf, hidden), mask,
                             self.content_mask(mask, prompt_tokens), (weight, bias), self.framing.suffix[-1],
@@ -287,10 +293,24 @@ class LightRetrieverModel(nn.Module):
                         prompt_tokens: int = 0) -> torch.Tensor:
         """[B, V] the "max" mode's pre-activation maxima of documents, before any
         ``term_affine`` (what ``fit.sparse`` fits it on); arguments as ``encode_documents``."""
+        states, content = self.document_states(input_ids, attention_mask, prompt_tokens=prompt_tokens)
+        weight, bias = self.sparse_projection()
+        return projection_max(states, content, weight, bias)
+
+    def document_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                        prompt_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, T, H] the sparse projection's input, [B, T] bool the positions its max reads):
+        what ``fit.sparse_lowrank`` caches; arguments as ``encode_documents``."""
         hidden, mask, _ = self._dense_forward(input_ids, attention_mask)
+        return self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens)
+
+    def sparse_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight [V, H], bias [V] or None) of the sparse head, with the fitted low-rank
+        correction when there is one."""
         weight, bias = self.head.projection(self.hf)
-        return projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens),
-                              weight, bias)
+        if self.sparse_lowrank is not None:
+            weight = self.sparse_lowrank.corrected(weight)
+        return weight, bias
 
     def content_mask(self, mask: torch.Tensor, prompt_tokens: int = 0) -> torch.Tensor:
         """[B, T] bool: the real tokens minus the framing's special positions (the first
@@ -421,6 +441,8 @@ class LightRetrieverModel(nn.Module):
             self.medusa.save(out / MEDUSA_FILE)
         if self.term_affine is not None:
             self.term_affine.save(out / TERM_AFFINE_FILE)
+        if self.sparse_lowrank is not None:
+            self.sparse_lowrank.save(out / LOWRANK_FILE)
         return out
 
 

@@ -52,7 +52,8 @@ def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: st
                   term_affine: bool = False) -> str | None:
     """Why the backbone cannot run on ONNX Runtime here (a sentence), or None if it can."""
     if term_affine:
-        return "a fitted sparse scale and bias (sparse_term_affine: the graph has none)"
+        return ("a fitted sparse head (a per-term scale and bias or a low-rank correction: "
+                "sparse_term_affine / sparse_lowrank; the graph has neither)")
     if device is not None and str(device) != "cpu":
         return f"--device {device} (ONNX Runtime runs on the CPU here)"
     if device is None and _gpu_present():
@@ -92,7 +93,7 @@ def open_doc_encoder(bundle: Bundle, *, runtime: str = DEFAULT_RUNTIME, device: 
     cfg = bundle.config
     chosen = choose_runtime(runtime, kind=cfg.kind, sparse_mode=cfg.sparse_mode,
                             device=None if device is None else str(device), precision=precision,
-                            term_affine=cfg.sparse_term_affine)
+                            term_affine=cfg.sparse_term_affine or cfg.sparse_lowrank > 0)
     if chosen == "onnx":
         from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
 

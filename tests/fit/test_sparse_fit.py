@@ -249,5 +249,5 @@ def test_a_fitted_head_keeps_the_document_encoder_on_torch() -> None:
 
     kw = {"kind": "encoder", "sparse_mode": "max", "device": "cpu", "precision": "fp32", "term_affine": True}
     assert choose_runtime("auto", **kw) == "torch"
-    with pytest.raises(ConfigError, match="fitted sparse scale and bias"):
+    with pytest.raises(ConfigError, match="fitted sparse head"):
         choose_runtime("onnx", **kw)
