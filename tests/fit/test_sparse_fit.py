@@ -203,11 +203,15 @@ def test_cli_fit_sparse_setting() -> None:
 
 @pytest.mark.slow
 @pytest.mark.node
+@pytest.mark.parametrize(("flag", "value", "record"), [("--fit-sparse", "1", "sparse_doc"),
+                                                       ("--fit-sparse-lowrank", "32", "sparse_lowrank")])
 def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
-        opensearch_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The real model: `lr bundle build --fit-corpus ADI --fit-sparse 1`, then `lr eval` on
-    the node (ingest through the bundle's doc encoder with its fitted head, the sparse leg
-    searched as it is served); the index's stored terms are the fitted head's."""
+        opensearch_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str,
+        record: str) -> None:
+    """The real model: `lr bundle build --fit-corpus ADI --fit-sparse 1` (a per-term scale
+    and bias) or `--fit-sparse-lowrank 32` (a low-rank correction of the projection), then
+    `lr eval` on the node (ingest through the bundle's doc encoder with its fitted head, the
+    sparse leg searched as it is served); the index's stored terms are the fitted head's."""
     from ingest_support import data_dir
 
     from lr_opensearch.cli import main
@@ -215,10 +219,12 @@ def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
 
     adi = data_dir() / "adi"
     out = tmp_path / "bundle"
-    assert main(["bundle", "build", "--fit-corpus", str(adi / "corpus.jsonl.gz"), "--fit-sparse", "1",
+    assert main(["bundle", "build", "--fit-corpus", str(adi / "corpus.jsonl.gz"), flag, value,
                  "--out", str(out)]) == 0
     bundle = load_bundle(out)
-    assert bundle.config.sparse_term_affine and bundle.fit["sparse_doc"]["documents"] == 82
+    assert bundle.fit[record]["documents"] == 82
+    assert bundle.config.sparse_term_affine == (record == "sparse_doc")
+    assert bundle.config.sparse_lowrank == (32 if record == "sparse_lowrank" else 0)
     index = f"lr-sparse-fit-{bundle.bundle_id[:12]}"
     client = make_client(opensearch_url)
     try:
@@ -227,7 +233,7 @@ def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
                      "--url", opensearch_url, "--runs", "bm25,lr-sparse,lr-hybrid", "--no-sweep",
                      "--out", str(tmp_path / "eval"), "--json"]) == 0
         runs = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]
-        print("\n[sparse fit] lr eval ADI nDCG@10: " + ", ".join(f"{k} {v['ndcg@10']:.4f}" for k, v in runs.items()))
+        print(f"\n[sparse fit {flag} {value}] lr eval ADI nDCG@10: " + ", ".join(f"{k} {v['ndcg@10']:.4f}" for k, v in runs.items()))
         assert all(0.1 < r["ndcg@10"] <= 1.0 for r in runs.values())
         first = client.search(index=index, body={"size": 1, "query": {"match_all": {}}})["hits"]["hits"][0]
         from lr_opensearch.indexing.documents import SparseKeys
