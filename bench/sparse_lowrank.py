@@ -8,7 +8,9 @@ rounding, the query side's IDF vectors, exact dot products).
         --variant r32:s300 --variant r32:s300:masked ... [--out result.json]
 
 ``W/<c>/`` also needs ``maxima.npy`` (``bench/sparse_fit.py``'s cache: the fit inputs'
-check). Variant syntax: ``r<rank>:s<steps>:b<batch>:n<negatives>:lr<step>:f<flops>``
+check). ``--screen N``: evaluate on the documents judged for the collection's splits plus N
+others drawn at random (a reduced corpus, to screen variants cheaply; ``none`` = today's head
+on the same documents). Variant syntax: ``r<rank>:s<steps>:b<batch>:n<negatives>:lr<step>:f<flops>``
 and ``masked`` (``pairs="masked"``), any subset; the rest from ``LowRankFitConfig``. The
 fitted ``up`` / ``down`` are saved as ``W/<c>/lowrank-<variant>.npz``.
 """
@@ -30,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sparse_fit import collection_inputs, doc_matrix, evaluate, load_encoder  # noqa: E402
+from sparse_fit import DATA, collection_inputs, doc_matrix, evaluate, load_encoder  # noqa: E402
 
 from lr_opensearch.fit.sparse import QuerySet  # noqa: E402
 from lr_opensearch.fit.sparse_lowrank import LowRankFitConfig, StateCache, fit_lowrank  # noqa: E402
@@ -78,6 +80,31 @@ def corrected_maxima(cache: StateCache, weight: torch.Tensor, rows: int = 2048) 
     return out
 
 
+def screen_rows(name: str, ids: list[str], extra: int, seed: int = 0) -> np.ndarray:
+    """The reduced corpus of a screening run: every document judged for any of the
+    collection's evaluated splits, plus ``extra`` others drawn at random (all: ``extra`` < 0)."""
+    from sparse_fit import SPLITS
+
+    from lr_opensearch.evaluation.beir import load_beir
+
+    if extra < 0:
+        return np.arange(len(ids))
+    row = {d: i for i, d in enumerate(ids)}
+    judged = {row[d] for split in SPLITS.get(name, ("test",))
+              for rel in load_beir(DATA / name, split).qrels.values() for d in rel if d in row}
+    rest = np.setdiff1d(np.arange(len(ids)), sorted(judged))
+    pick = np.random.default_rng(seed).choice(rest, min(extra, len(rest)), replace=False)
+    return np.sort(np.concatenate([sorted(judged), pick])).astype(np.int64)
+
+
+def subset(cache: StateCache, rows: np.ndarray) -> StateCache:
+    parts = [slice(cache.offsets[r], cache.offsets[r + 1]) for r in rows]
+    lengths = [p.stop - p.start for p in parts]
+    return StateCache(np.concatenate([cache.states[p] for p in parts]),
+                      np.concatenate([cache.tokens[p] for p in parts]),
+                      np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)
@@ -85,6 +112,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--top-k", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--screen", type=int, default=-1, metavar="N",
+                        help="evaluate on the judged documents + N random others (default: all)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from lr_opensearch.model.framing import special_token_ids
@@ -99,20 +128,28 @@ def main() -> int:
         inputs, vocab = c["inputs"], c["maxima"].shape[1]
         cache = load_cache(args.work, name)
         queries = QuerySet.build(inputs.bags, inputs.sources, inputs.idf, np.arange(len(c["ids"])))
+        rows = screen_rows(name, c["ids"], args.screen)
+        ids = [c["ids"][r] for r in rows]
         for text in args.variant:
-            config = parse_variant(text)
-            up, down, st = fit_lowrank(cache, queries, weight, None, config, progress=False)
-            np.savez(args.work / name / f"lowrank-{text.replace(':', '_')}.npz", up=up.numpy(), down=down.numpy())
             t0 = time.perf_counter()
-            maxima = corrected_maxima(cache, weight + up @ down.t())[:, :vocab]
+            if text == "none":
+                st, maxima = None, c["maxima"][rows].astype(np.float32)
+            else:
+                up, down, st = fit_lowrank(cache, queries, weight, None, parse_variant(text), progress=False)
+                np.savez(args.work / name / f"lowrank-{text.replace(':', '_')}.npz", up=up.numpy(),
+                         down=down.numpy())
+                t0 = time.perf_counter()
+                maxima = corrected_maxima(subset(cache, rows), weight + up @ down.t())[:, :vocab]
             docs = doc_matrix(maxima, np.ones(vocab, np.float32), np.zeros(vocab, np.float32), excluded,
                               args.top_k)
-            row = {"metrics": evaluate(docs, c["ids"], name, encoder.tokenizer, inputs.idf),
-                   "stored_terms_per_doc": docs.nnz / docs.shape[0], "fit": dataclasses.asdict(st),
-                   "project_s": time.perf_counter() - t0}
-            results.setdefault(name, {})[f"lowrank {text}"] = row
-            logger.info("%s %s: %s, fit %.0f s, loss %.3f -> %.3f", name, text, json.dumps(row["metrics"]),
-                        st.fit_seconds, st.loss_first, st.loss_last)
+            row = {"metrics": evaluate(docs, ids, name, encoder.tokenizer, inputs.idf), "documents": len(rows),
+                   "stored_terms_per_doc": docs.nnz / docs.shape[0],
+                   "fit": None if st is None else dataclasses.asdict(st), "project_s": time.perf_counter() - t0}
+            key = f"{'screen ' if args.screen >= 0 else ''}lowrank {text}"
+            results.setdefault(name, {})[key] = row
+            logger.info("%s %s on %d documents: %s, %s", name, text, len(rows), json.dumps(row["metrics"]),
+                        "" if st is None else f"fit {st.fit_seconds:.0f} s, loss {st.loss_first:.3f} -> "
+                        f"{st.loss_last:.3f}")
             if args.out:
                 args.out.write_text(json.dumps(results, indent=1))
     return 0
