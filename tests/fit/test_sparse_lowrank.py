@@ -203,3 +203,11 @@ def test_cli_fit_sparse_lowrank_setting() -> None:
         lowrank_setting(-1)
     with pytest.raises(ConfigError, match="pairs must be one of cut, masked"):
         LowRankFitConfig(pairs="other")
+
+
+def test_an_older_bundle_loads_unchanged_without_a_correction() -> None:
+    old = Path(__file__).resolve().parents[1] / "data" / "bundle-v1-before-fit"
+    bundle = load_bundle(old)
+    expected = json.loads((old.parent / "bundle-v1-before-fit.expected.json").read_text())
+    assert bundle.bundle_id == expected["bundle_id"] and bundle.config.sparse_lowrank == 0
+    assert "sparse_lowrank" not in bundle.config.to_dict()
