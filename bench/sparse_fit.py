@@ -149,13 +149,21 @@ def explain(work: Path, name: str, variant: str, tokenizer: Any, excluded: list[
     """For the first ``docs`` documents of a collection: the terms the fitted head
     (``W/<c>/head-<variant>.npz``) adds to a document's stored top ``k`` and those it drops,
     heaviest first, beside the terms both keep."""
-    maxima = np.load(work / name / "maxima.npy", mmap_mode="r")[:docs]
+    maxima = np.asarray(np.load(work / name / "maxima.npy", mmap_mode="r")[:docs], np.float32)
     head = np.load(work / name / f"head-{variant.replace(':', '_')}.npz")
-    vocab = maxima.shape[1]
-    before = doc_matrix(np.asarray(maxima), np.ones(vocab, np.float32), np.zeros(vocab, np.float32), excluded, k)
-    after = doc_matrix(np.asarray(maxima), head["scale"], head["bias"], excluded, k)
+    return compare_terms(maxima, maxima * head["scale"] + head["bias"], tokenizer, excluded, k, show)
+
+
+def compare_terms(before_maxima: np.ndarray, after_maxima: np.ndarray, tokenizer: Any, excluded: list[int],
+                  k: int, show: int = 12) -> list[dict[str, Any]]:
+    """Per document: the terms ``after_maxima``'s stored top ``k`` adds to ``before_maxima``'s
+    and those it drops, heaviest first, beside the terms both keep."""
+    vocab = before_maxima.shape[1]
+    one, zero = np.ones(vocab, np.float32), np.zeros(vocab, np.float32)
+    before = doc_matrix(before_maxima, one, zero, excluded, k)
+    after = doc_matrix(after_maxima, one, zero, excluded, k)
     out = []
-    for d in range(docs):
+    for d in range(before.shape[0]):
         b = dict(zip(before[d].indices.tolist(), before[d].data.tolist(), strict=True))
         a = dict(zip(after[d].indices.tolist(), after[d].data.tolist(), strict=True))
 

@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sparse_fit import DATA, collection_inputs, doc_matrix, evaluate, load_encoder  # noqa: E402
+from sparse_fit import DATA, collection_inputs, compare_terms, doc_matrix, evaluate, load_encoder  # noqa: E402
 
 from lr_opensearch.fit.sparse import QuerySet  # noqa: E402
 from lr_opensearch.fit.sparse_lowrank import LowRankFitConfig, StateCache, fit_lowrank  # noqa: E402
@@ -112,6 +112,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--top-k", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--explain", default=None, metavar="VARIANT",
+                        help="print the terms VARIANT's saved correction adds / drops on the first 3 documents")
     parser.add_argument("--screen", type=int, default=-1, metavar="N",
                         help="evaluate on the judged documents + N random others (default: all)")
     args = parser.parse_args()
@@ -122,6 +124,16 @@ def main() -> int:
     encoder = load_encoder()
     excluded = special_token_ids(encoder.tokenizer)
     weight = encoder.model.sparse_projection()[0].detach().float()
+    if args.explain:
+        for name in args.collection or ["scifact"]:
+            saved = np.load(args.work / name / f"lowrank-{args.explain.replace(':', '_')}.npz")
+            first = subset(load_cache(args.work, name), np.arange(3))
+            fitted = weight + torch.from_numpy(saved["up"]) @ torch.from_numpy(saved["down"]).t()
+            vocab = encoder.vocab_limit
+            print(json.dumps(compare_terms(corrected_maxima(first, weight)[:, :vocab],
+                                           corrected_maxima(first, fitted)[:, :vocab], encoder.tokenizer,
+                                           excluded, args.top_k), indent=1))
+        return 0
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out and args.out.is_file() else {}
     for name in args.collection or ["scifact"]:
         c = collection_inputs(name, encoder, args.work)
