@@ -128,10 +128,10 @@ class DocEncoder:
             with torch.inference_mode():
                 maxima = self.model.document_maxima(input_ids.to(self.device), mask.to(self.device),
                                                     prompt_tokens=self._prompt_tokens)
-            maxima = maxima[:, : self.vocab_limit].float().cpu().numpy()
+            values = maxima[:, : self.vocab_limit].float().cpu().numpy()
             if out is None:
-                out = np.empty((len(ids), maxima.shape[1]), np.float16)
-            out[chunk] = np.nan_to_num(maxima, neginf=-1e4).astype(np.float16)
+                out = np.empty((len(ids), values.shape[1]), np.float16)
+            out[chunk] = np.nan_to_num(values, neginf=-1e4).astype(np.float16)
         assert out is not None
         return out
 
@@ -147,10 +147,10 @@ class DocEncoder:
             with torch.inference_mode():
                 hidden, content = self.model.document_states(input_ids.to(self.device), mask.to(self.device),
                                                              prompt_tokens=self._prompt_tokens)
-            hidden, content = hidden.float().cpu().numpy(), content.cpu().numpy()
+            h, keep = hidden.float().cpu().numpy(), content.cpu().numpy()
             for row, i in enumerate(chunk):
-                states[i] = hidden[row][content[row]].astype(np.float16)
-                tokens[i] = input_ids[row].numpy()[content[row]].astype(np.int32)
+                states[i] = h[row][keep[row]].astype(np.float16)
+                tokens[i] = input_ids[row].numpy()[keep[row]].astype(np.int32)
         return states, tokens
 
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:

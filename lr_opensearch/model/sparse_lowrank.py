@@ -33,6 +33,9 @@ class LowRankCorrection(nn.Module):
         down: [H, r] hidden-state directions.
     """
 
+    up: torch.Tensor
+    down: torch.Tensor
+
     def __init__(self, up: torch.Tensor, down: torch.Tensor) -> None:
         super().__init__()
         up, down = torch.as_tensor(up).float(), torch.as_tensor(down).float()

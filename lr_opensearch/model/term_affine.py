@@ -33,6 +33,9 @@ class TermAffine(nn.Module):
         bias: [V] offsets.
     """
 
+    scale: torch.Tensor
+    bias: torch.Tensor
+
     def __init__(self, scale: torch.Tensor, bias: torch.Tensor) -> None:
         super().__init__()
         scale, bias = torch.as_tensor(scale).float(), torch.as_tensor(bias).float()
