@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--explain", default=None, metavar="VARIANT",
                         help="print the terms VARIANT's saved correction adds / drops on the first 3 documents")
+    parser.add_argument("--reuse", action="store_true", help="evaluate a variant's saved fit instead of fitting")
     parser.add_argument("--screen", type=int, default=-1, metavar="N",
                         help="evaluate on the judged documents + N random others (default: all)")
     args = parser.parse_args()
@@ -147,9 +148,12 @@ def main() -> int:
             if text == "none":
                 st, maxima = None, c["maxima"][rows].astype(np.float32)
             else:
-                up, down, st = fit_lowrank(cache, queries, weight, None, parse_variant(text), progress=False)
-                np.savez(args.work / name / f"lowrank-{text.replace(':', '_')}.npz", up=up.numpy(),
-                         down=down.numpy())
+                saved = args.work / name / f"lowrank-{text.replace(':', '_')}.npz"
+                if args.reuse and saved.is_file():  # evaluate a saved fit again (e.g. on all documents)
+                    st, up, down = None, *(torch.from_numpy(np.load(saved)[k]) for k in ("up", "down"))
+                else:
+                    up, down, st = fit_lowrank(cache, queries, weight, None, parse_variant(text), progress=False)
+                    np.savez(saved, up=up.numpy(), down=down.numpy())
                 t0 = time.perf_counter()
                 maxima = corrected_maxima(subset(cache, rows), weight + up @ down.t())[:, :vocab]
             docs = doc_matrix(maxima, np.ones(vocab, np.float32), np.zeros(vocab, np.float32), excluded,
