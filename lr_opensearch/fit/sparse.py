@@ -136,7 +136,8 @@ class LowRankFitConfig:
 
     Attributes:
         rank: r, the correction's rank.
-        steps: optimizer steps (each a batch of queries).
+        steps: optimizer steps (each a batch of queries); 100, the one length screened on
+            SciFact train (docs/results/sparse.md; 200-300 lost more on ADI).
         batch: queries per step.
         negatives: random documents added to each step's in-batch documents.
         lr: Adam step size.
@@ -149,7 +150,7 @@ class LowRankFitConfig:
     """
 
     rank: int = 32
-    steps: int = 300
+    steps: int = 100
     batch: int = 32
     negatives: int = 32
     lr: float = 1e-3
