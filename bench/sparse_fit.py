@@ -177,16 +177,21 @@ def compare_terms(before_maxima: np.ndarray, after_maxima: np.ndarray, tokenizer
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def bench_parser(doc: str | None, head: str) -> argparse.ArgumentParser:
+    """The options this bench and ``sparse_lowrank.py`` share; ``head`` names what a variant saves."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--collection", action="append", default=[])
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--top-k", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--explain", default=None, metavar="VARIANT",
-                        help="print the terms VARIANT's saved head adds / drops on the first 3 documents")
-    args = parser.parse_args()
+                        help=f"print the terms VARIANT's saved {head} adds / drops on the first 3 documents")
+    return parser
+
+
+def main() -> int:
+    args = bench_parser(__doc__, "head").parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from lr_opensearch.fit.sparse_head import fit_term_affine
     from lr_opensearch.model.framing import special_token_ids

@@ -17,7 +17,6 @@ fitted ``up`` / ``down`` are saved as ``W/<c>/lowrank-<variant>.npz``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -32,7 +31,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sparse_fit import DATA, collection_inputs, compare_terms, doc_matrix, evaluate, load_encoder  # noqa: E402
+from sparse_fit import (  # noqa: E402
+    DATA,
+    bench_parser,
+    collection_inputs,
+    compare_terms,
+    doc_matrix,
+    evaluate,
+    load_encoder,
+)
 
 from lr_opensearch.fit.sparse import QuerySet  # noqa: E402
 from lr_opensearch.fit.sparse_lowrank import LowRankFitConfig, StateCache, fit_lowrank  # noqa: E402
@@ -106,14 +113,7 @@ def subset(cache: StateCache, rows: np.ndarray) -> StateCache:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--collection", action="append", default=[])
-    parser.add_argument("--variant", action="append", default=[])
-    parser.add_argument("--top-k", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--explain", default=None, metavar="VARIANT",
-                        help="print the terms VARIANT's saved correction adds / drops on the first 3 documents")
+    parser = bench_parser(__doc__, "correction")
     parser.add_argument("--reuse", action="store_true", help="evaluate a variant's saved fit instead of fitting")
     parser.add_argument("--screen", type=int, default=-1, metavar="N",
                         help="evaluate on the judged documents + N random others (default: all)")

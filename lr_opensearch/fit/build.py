@@ -308,21 +308,12 @@ def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, re
     return the record of the fit. Documents are encoded as ingest encodes them, at the
     recipe's precision."""
     from lr_opensearch.fit.sparse_head import fit_sparse_head
-    from lr_opensearch.model import DocEncoder
 
     if recipe.sparse is None:
         raise ValueError("fit_sparse needs a recipe with sparse settings")
-    if model.medusa is not None:
-        raise ConfigError(f"--fit-sparse fits the 'max' sparse head; this model's sparse_mode is "
-                          f"{model.sparse_mode!r}; build without --fit-sparse")
-    was_training = model.training
     model.set_term_affine(None)
-    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=32,
-                         precision=recipe.encode_precision)
-    try:
-        head, stats = fit_sparse_head(encoder, inputs, recipe.sparse, progress=progress)
-    finally:
-        model.train(was_training)
+    head, stats = _fit_doc_side(model, tokenizer, doc, recipe, "--fit-sparse",
+                                lambda enc: fit_sparse_head(enc, inputs, recipe.sparse, progress=progress))
     model.set_term_affine(head)
     return stats.to_dict()
 
@@ -333,23 +324,32 @@ def fit_lowrank(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, r
     table fit's documents and pseudo-queries, set it on ``model`` (saved with its doc
     encoder) and return the record of the fit."""
     from lr_opensearch.fit.sparse_lowrank import fit_sparse_lowrank
-    from lr_opensearch.model import DocEncoder
 
     if recipe.sparse_lowrank is None:
         raise ValueError("fit_lowrank needs a recipe with low-rank settings")
-    if model.medusa is not None:
-        raise ConfigError(f"--fit-sparse-lowrank fits the 'max' sparse head; this model's sparse_mode is "
-                          f"{model.sparse_mode!r}; build without --fit-sparse-lowrank")
-    was_training = model.training
     model.sparse_lowrank = None
+    head, stats = _fit_doc_side(model, tokenizer, doc, recipe, "--fit-sparse-lowrank",
+                                lambda enc: fit_sparse_lowrank(enc, inputs, recipe.sparse_lowrank, progress=progress))
+    model.sparse_lowrank = head.to(model.device)
+    return stats.to_dict()
+
+
+def _fit_doc_side(model: LightRetrieverModel, tokenizer: Any, doc: DocSettings, recipe: FitRecipe,
+                  flag: str, fit: Any) -> Any:
+    """``fit(encoder)`` with the model's documents encoded as ingest encodes them, at the
+    recipe's precision; the model's training mode restored."""
+    from lr_opensearch.model import DocEncoder
+
+    if model.medusa is not None:
+        raise ConfigError(f"{flag} fits the 'max' sparse head; this model's sparse_mode is "
+                          f"{model.sparse_mode!r}; build without {flag}")
+    was_training = model.training
     encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=32,
                          precision=recipe.encode_precision)
     try:
-        head, stats = fit_sparse_lowrank(encoder, inputs, recipe.sparse_lowrank, progress=progress)
+        return fit(encoder)
     finally:
         model.train(was_training)
-    model.sparse_lowrank = head.to(model.device)
-    return stats.to_dict()
 
 
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],

@@ -123,6 +123,17 @@ class QuerySet:
         return int(self.vectors.shape[0])
 
 
+def sample_documents(n: int, max_docs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the documents a sparse fit encodes: all of ``n``, else ``max_docs`` drawn uniformly,
+    sorted; [n] each document's row among them, -1 for one left out)."""
+    keep = np.arange(n)
+    if n > max_docs:
+        keep = np.sort(np.random.default_rng(seed).choice(n, max_docs, replace=False))
+    rows = np.full(n, -1, np.int64)
+    rows[keep] = np.arange(len(keep))
+    return keep, rows
+
+
 #: the sparse fit of ``lr bundle build --fit-corpus`` (None: the head as it is)
 DEFAULT_SPARSE_FIT: SparseFitConfig | None = None
 

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import torch
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fit.sparse import QuerySet, SparseFitConfig, SparseFitStats
+from lr_opensearch.fit.sparse import QuerySet, SparseFitConfig, SparseFitStats, sample_documents
 
 logger = logging.getLogger(__name__)
 
@@ -137,12 +137,7 @@ def fit_sparse_head(encoder: Any, inputs: Any, config: SparseFitConfig, *, seed:
     from lr_opensearch.model.term_affine import TermAffine
 
     t0 = time.perf_counter()
-    n = len(inputs.docs)
-    keep = np.arange(n)
-    if n > config.max_docs:
-        keep = np.sort(np.random.default_rng(seed).choice(n, config.max_docs, replace=False))
-    doc_rows = np.full(n, -1, np.int64)
-    doc_rows[keep] = np.arange(len(keep))
+    keep, doc_rows = sample_documents(len(inputs.docs), config.max_docs, seed)
     maxima = _encode(encoder, [document_text(*inputs.docs[int(i)]) for i in keep], progress)
     encode_seconds = time.perf_counter() - t0
     queries = QuerySet.build(inputs.bags, inputs.sources, inputs.idf, doc_rows)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fit.sparse import LowRankFitConfig, LowRankFitStats, QuerySet
+from lr_opensearch.fit.sparse import LowRankFitConfig, LowRankFitStats, QuerySet, sample_documents
 
 logger = logging.getLogger(__name__)
 
@@ -184,12 +184,7 @@ def fit_sparse_lowrank(encoder: Any, inputs: Any, config: LowRankFitConfig, *, s
     from lr_opensearch.model.sparse_lowrank import LowRankCorrection
 
     t0 = time.perf_counter()
-    n = len(inputs.docs)
-    keep = np.arange(n)
-    if n > config.max_docs:
-        keep = np.sort(np.random.default_rng(seed).choice(n, config.max_docs, replace=False))
-    doc_rows = np.full(n, -1, np.int64)
-    doc_rows[keep] = np.arange(len(keep))
+    keep, doc_rows = sample_documents(len(inputs.docs), config.max_docs, seed)
     states, tokens = encoder.encode_states([document_text(*inputs.docs[int(i)]) for i in keep])
     encode_seconds = time.perf_counter() - t0
     queries = QuerySet.build(inputs.bags, inputs.sources, inputs.idf, doc_rows)

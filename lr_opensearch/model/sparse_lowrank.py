@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from lr_opensearch.errors import BundleError
+from lr_opensearch.model.term_affine import read_checked
 
 LOWRANK_FILE = "sparse_lowrank.safetensors"
 LOWRANK_FORMAT = "lr-sparse-lowrank"
@@ -73,21 +74,9 @@ class LowRankCorrection(nn.Module):
         Raises:
             BundleError: a foreign or newer file, or one of other sizes.
         """
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != LOWRANK_FORMAT:
-                raise BundleError(f"{path}: not a sparse low-rank correction file (format "
-                                  f"{meta.get('format')!r}, expected {LOWRANK_FORMAT!r})")
-            version = int(meta.get("format_version", "0"))
-            if version > LOWRANK_VERSION:
-                raise BundleError(f"{path}: format version {version} is newer than this library "
-                                  f"reads ({LOWRANK_VERSION}); upgrade lr-opensearch")
-            missing = {"up", "down"} - set(f.keys())
-            if missing:
-                raise BundleError(f"{path}: tensors {sorted(missing)} are missing")
-            head = cls(f.get_tensor("up"), f.get_tensor("down"))
+        tensors = read_checked(path, LOWRANK_FORMAT, LOWRANK_VERSION, ("up", "down"),
+                               "a sparse low-rank correction file")
+        head = cls(tensors["up"], tensors["down"])
         if head.up.shape[0] != vocab_size or head.down.shape[0] != hidden_size:
             raise BundleError(f"{path}: a correction of [{head.up.shape[0]}, {head.down.shape[0]}], but "
                               f"the sparse projection is [{vocab_size}, {hidden_size}]")

@@ -71,21 +71,33 @@ class TermAffine(nn.Module):
         Raises:
             BundleError: a foreign or newer file, or one of another vocabulary size.
         """
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != TERM_AFFINE_FORMAT:
-                raise BundleError(f"{path}: not a sparse term affine file (format "
-                                  f"{meta.get('format')!r}, expected {TERM_AFFINE_FORMAT!r})")
-            version = int(meta.get("format_version", "0"))
-            if version > TERM_AFFINE_VERSION:
-                raise BundleError(f"{path}: format version {version} is newer than this library "
-                                  f"reads ({TERM_AFFINE_VERSION}); upgrade lr-opensearch")
-            missing = {"scale", "bias"} - set(f.keys())
-            if missing:
-                raise BundleError(f"{path}: tensors {sorted(missing)} are missing")
-            head = cls(f.get_tensor("scale"), f.get_tensor("bias"))
+        tensors = read_checked(path, TERM_AFFINE_FORMAT, TERM_AFFINE_VERSION, ("scale", "bias"),
+                               "a sparse term affine file")
+        head = cls(tensors["scale"], tensors["bias"])
         if head.vocab_size != vocab_size:
             raise BundleError(f"{path}: {head.vocab_size} terms, but the sparse head has {vocab_size}")
         return head
+
+
+def read_checked(path: str | Path, fmt: str, version: int, names: tuple[str, ...], what: str,
+                 ) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of a safetensors file whose metadata names ``fmt`` at a version
+    up to ``version`` (the fitted sparse heads' files).
+
+    Raises:
+        BundleError: a foreign or newer file, or one without a tensor named.
+    """
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        if meta.get("format") != fmt:
+            raise BundleError(f"{path}: not {what} (format {meta.get('format')!r}, expected {fmt!r})")
+        found = int(meta.get("format_version", "0"))
+        if found > version:
+            raise BundleError(f"{path}: format version {found} is newer than this library "
+                              f"reads ({version}); upgrade lr-opensearch")
+        missing = set(names) - set(f.keys())
+        if missing:
+            raise BundleError(f"{path}: tensors {sorted(missing)} are missing")
+        return {n: f.get_tensor(n) for n in names}
