@@ -83,10 +83,12 @@ def _flops(s: torch.Tensor) -> torch.Tensor:
     return s.mean(0).square().sum()
 
 
-def _step_loss(cache: StateCache, queries: QuerySet, rows: np.ndarray, base: torch.Tensor,
-               bias: torch.Tensor | None, up: torch.Tensor, down: torch.Tensor,
+def _step_loss(cache: StateCache, queries: QuerySet, rows: np.ndarray,
+               projection: tuple[torch.Tensor, torch.Tensor | None], factors: tuple[torch.Tensor, torch.Tensor],
                config: LowRankFitConfig, rng: np.random.Generator) -> tuple[torch.Tensor, float]:
-    """One batch's loss and its FLOPS ratio (see the module docstring)."""
+    """One batch's loss and its FLOPS ratio (see the module docstring); ``projection`` is
+    (W [V, H], b [V] or None), ``factors`` (up [V, r], down [H, r])."""
+    (base, bias), (up, down) = projection, factors
     batch = queries.vectors[rows]
     sources = queries.sources[rows]
     extra = rng.choice(len(cache), min(len(cache), config.negatives), replace=False)
@@ -153,7 +155,7 @@ def fit_lowrank(cache: StateCache, queries: QuerySet, weight: torch.Tensor, bias
         for step in range(config.steps):
             at = (step * config.batch) % len(order)
             rows = order[at : at + config.batch]
-            loss, ratio = _step_loss(cache, queries, rows, base, bias, up, down, config, rng)
+            loss, ratio = _step_loss(cache, queries, rows, (base, bias), (up, down), config, rng)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -130,7 +130,7 @@ def test_one_steps_loss_by_hand(pairs: str) -> None:
     queries = QuerySet.build(bags, np.array([0, 1]), np.array([2.0, 1.0, 3.0], np.float32), np.arange(2))
     config = LowRankFitConfig(rank=1, batch=2, negatives=0, flops=0.0, flops_columns=1, pairs=pairs)
     up, down = torch.zeros(3, 1), torch.ones(2, 1)
-    loss, _ = _step_loss(cache, queries, np.array([0, 1]), weight, None, up, down, config,
+    loss, _ = _step_loss(cache, queries, np.array([0, 1]), (weight, None), (up, down), config,
                          np.random.default_rng(0))
     z = np.stack([(s.astype(np.float32) @ weight.numpy().T).max(0) for s in states])  # [2 docs, 3 terms]
     if pairs == "masked":  # query 0 (term 0) without doc 0's position 0, query 1 (terms 1, 2) without doc 1's 0
