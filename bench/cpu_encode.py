@@ -39,6 +39,10 @@ the gate is ``--reference`` (default ``fp32``: today's default encoder).
      weights, top 100);
    - ``full-dense``: the variant's own query vectors (instruction + query) against its
      documents.
+
+   Every ``--split`` is measured (SciFact's train queries: ``--split test --split train``);
+   the runs and issue 47's checks (equality with torch, the int8 gate, each variant's end
+   to end rate against the float32 GEMM peak) are ``bench/encode_checks.py``.
 4. **The gate** (issue 36): dense cosine >= 0.999 to the reference for every document,
    and every nDCG@10 above within 0.003 of the reference's (or the sparse vectors equal:
    the same terms, weights within 1e-5).
@@ -62,17 +66,24 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch.evaluation.beir import compute_metrics, load_beir
+from lr_opensearch.evaluation.beir import load_beir
 from lr_opensearch.instructions import document_text
 from lr_opensearch.options import ENCODE_PRECISIONS
 
-try:  # the sibling module, by name so that mypy sees one module, not two names of it
-    _variants = importlib.import_module("onnx_variants")  # run as a script: bench/ on sys.path
-except ImportError:  # imported as bench.cpu_encode
-    _variants = importlib.import_module("bench.onnx_variants")
+
+def _sibling(name: str) -> Any:
+    """A sibling module, by name so that mypy sees one module, not two names of it."""
+    try:
+        return importlib.import_module(name)  # run as a script: bench/ on sys.path
+    except ImportError:  # imported as bench.cpu_encode
+        return importlib.import_module(f"bench.{name}")
+
+
+_variants, _checks = _sibling("onnx_variants"), _sibling("encode_checks")
 ONNX_VARIANTS, onnx_encoder = _variants.ONNX_VARIANTS, _variants.onnx_encoder
 
 logger = logging.getLogger("cpu_encode")
+PEAK = "peak-gemm"  # the float32 GEMM timed among the variants (encode_checks.PeakGemm)
 PLAIN = "fp32-plain"  # fp32 in float32 throughout: no bfloat16 screen of the projection
 GATE_COSINE = 0.999  # issue 36: dense cosine to today's default, every document
 GATE_NDCG = 0.003  # issue 36: nDCG@10 of every run within this of today's default
@@ -115,34 +126,6 @@ def _sparse_cosines(a: list[dict[int, float]], b: list[dict[int, float]]) -> np.
         ny = np.sqrt(sum(w * w for w in y.values()))
         out.append(dot / max(nx * ny, 1e-30) if nx or ny else 1.0)
     return np.asarray(out)
-
-
-def _run(scores: np.ndarray, doc_ids: list[str], qids: list[str], depth: int = 100,
-         ) -> dict[str, list[tuple[str, float]]]:
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-    return {q: [(doc_ids[j], float(scores[i, j])) for j in top[i]] for i, q in enumerate(qids)}
-
-
-def _quality(bundle: Any, data: Any, doc_ids: list[str], dense: np.ndarray,
-             sparse: list[dict[int, float]], full_queries: np.ndarray, qids: list[str]) -> dict[str, float]:
-    """nDCG@10 of the lr-dense, lr-sparse, lr-hybrid and full-dense runs (see the module doc)."""
-    from lr_opensearch.query.encoder import QueryEncoder
-    from lr_opensearch.search.fusion import fuse
-
-    enc = QueryEncoder(bundle)
-    batch = [enc.encode(data.queries[q]) for q in qids]
-    keys = enc.key_array
-    qd = np.stack([np.asarray(e.dense, np.float32) for e in batch])
-    runs = {"lr-dense": _run(qd @ dense.T, doc_ids, qids)}
-    doc_terms = [{keys[t]: w for t, w in d.items()} for d in sparse]
-    sparse_scores = np.asarray([[sum(w * d.get(k, 0.0) for k, w in e.sparse.items()) for d in doc_terms]
-                                for e in batch], np.float32)
-    runs["lr-sparse"] = _run(sparse_scores, doc_ids, qids)
-    runs["lr-hybrid"] = {q: [(h.doc_id, h.score) for h in fuse(runs["lr-dense"][q], runs["lr-sparse"][q])]
-                         for q in qids}
-    runs["full-dense"] = _run(full_queries @ dense.T, doc_ids, qids)
-    qrels = {q: data.qrels[q] for q in qids}
-    return {name: compute_metrics(qrels, run)["ndcg@10"] for name, run in runs.items()}
 
 
 def _batches(encoder: Any, texts: list[str]) -> list[tuple[Any, Any]]:
@@ -251,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--anatomy", type=int, default=256, help="documents timed part by part")
     p.add_argument("--int8-graph", type=Path, help="the -q jar's int8 .onnx (onnx-int8-jar)")
+    p.add_argument("--split", action="append", default=[],
+                   help="qrels split(s) of the quality runs (repeatable; default test; the first is "
+                        "the one of issue 36's gate)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -264,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ref = args.reference
     names = list(dict.fromkeys([ref, *(args.variant or ENCODE_PRECISIONS)]))
     bundle = load_bundle(args.bundle)
-    data = load_beir(args.dataset, "test")
+    splits = list(dict.fromkeys(args.split or ["test"]))
+    judged = {s: load_beir(args.dataset, s) for s in splits}
+    data = judged[splits[0]]
     records = list(read_records(data.corpus_path, ("_id", "title", "text")))
     if args.docs:
         records = records[: args.docs]
@@ -283,7 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     tokens = statistics.median(int(x.numel()) for x, _ in batches)
     sample = anatomy.pop("peak")
     peak = {k: sample["flop"] / v / 1e9 for k, v in sample.items() if k != "flop"}
-    doc_s, doc_slices, doc_out = _timed_rounds(encoders, texts, args.slice, "encode")
+    some_torch = next(iter(on_torch.values()))
+    shape = _shapes(some_torch)
+    slices = [_batches(some_torch, texts[i:i + args.slice]) for i in range(0, len(texts), args.slice)]
+    flops = sum(_checks.forward_flops(shape, b) for b in slices)
+    gemm = _checks.PeakGemm([sum(int(x.numel()) for x, _ in b) for b in slices], shape["hidden"],
+                            shape["intermediate"])
+    doc_s, doc_slices, doc_out = _timed_rounds({**encoders, PEAK: gemm}, texts, args.slice, "encode")
+    peak["e2e_fp32"] = sum(doc_out.pop(PEAK)) / doc_s.pop(PEAK) / 1e9  # timed in the same rounds
+    doc_slices.pop(PEAK)
     pseudo = make_pseudo_queries([(r[1], r[2]) for r in records]).texts
     pseudo = [pseudo[i] for i in np.random.default_rng(0).permutation(len(pseudo))[: args.queries]]
     q_s, q_slices, q_out = _timed_rounds(encoders, pseudo, 256, "encode_dense")
@@ -291,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [len(x) for x, _ in batches]
     report: dict[str, Any] = {"dataset": str(args.dataset), "documents": len(texts),
                               "pseudo_queries": len(pseudo), "test_queries": len(qids),
+                              "judged_queries": {s: len(d.queries) for s, d in judged.items()},
+                              "document_pass_flop": flops,
                               "threads": torch.get_num_threads(), "reference": ref,
                               "anatomy_documents": sum(lengths), "anatomy_batch_tokens_median": tokens,
                               "peak_gflops": peak, "variants": {}}
@@ -301,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         dense = np.concatenate([b.dense for b in doc_out[n]])
         sparse = [d for b in doc_out[n] for d in b.sparse]
         qvecs = np.concatenate(q_out[n])
-        full_q = full_query_encoder(bundle, encoder=encoders[n])([data.queries[q] for q in qids])
+        full = full_query_encoder(bundle, encoder=encoders[n])
+        by_split = {s: _checks.quality(bundle, d, doc_ids, dense, sparse,
+                                       np.asarray(full([d.queries[q] for q in sorted(d.queries)]), np.float32))
+                    for s, d in judged.items()}
         cos_d, cos_s, cos_q = _cosines(dense, base_dense), _sparse_cosines(sparse, base_sparse), _cosines(qvecs, base_q)
         report["variants"][n] = {
             "docs_per_s": len(texts) / doc_s[n], "queries_per_s": len(pseudo) / q_s[n],
@@ -315,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
                                 for a, b in zip(sparse, base_sparse, strict=True)),
             "sparse_terms_differing": sum(len(a.keys() ^ b.keys())
                                           for a, b in zip(sparse, base_sparse, strict=True)),
+            "sparse_terms_beyond_ties": sum(_checks.beyond_ties(a, b) for a, b in zip(sparse, base_sparse, strict=True)),
             "sparse_weight_gap_max": max((abs(a[t] - b[t]) for a, b in zip(sparse, base_sparse, strict=True)
                                           for t in a.keys() & b.keys()), default=0.0),
             "query_cos_min": float(cos_q.min()), "query_cos_mean": float(cos_q.mean()),
-            "ndcg@10": _quality(bundle, data, doc_ids, dense, sparse, np.asarray(full_q, np.float32), qids),
+            "ndcg@10": by_split[splits[0]], "ndcg@10_by_split": by_split,
+            "e2e_gflops": flops / doc_s[n] / 1e9,
+            "e2e_fp32_peak_fraction": flops / doc_s[n] / 1e9 / peak["e2e_fp32"],
         }
     base = report["variants"][ref] if ref in anatomy else report["variants"][next(iter(anatomy))]
     # how much faster the reference's arithmetic could run at this machine's GEMM peak:
@@ -331,10 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         "bf16": spent / (base["backbone_flop"] / peak["backbone_bf16"] / 1e9 + projection)}
     for v in report["variants"].values():
         v["gate"] = _gate(v, base)
+        v["equal"] = _checks.equal(v)
+        v["int8_gate"] = _checks.int8_gate(v, report["variants"][ref])
         per_core = v["docs_per_s"] / report["threads"]
         v["projected_hours"] = {f"{d}@{c}": d / (per_core * c) / 3600
                                 for d in PROJECTED_DOCS for c in PROJECTED_CORES}
     _print(report)
+    _checks.print_checks(report)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1))

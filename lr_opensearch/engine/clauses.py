@@ -1,7 +1,8 @@
 """The pieces of a search body both engines share, and the limits the engines set on them:
 filters, the dense vector as JSON, linear ``rank_feature`` clauses, the BM25 text's cut.
 
-The limits are named constants with a test at the limit (tests/apps/test_real_bundle.py).
+The limits are named constants with a test at the limit (tests/apps/test_real_bundle.py,
+tests/indexing/test_ingest_failures.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ MAX_CLAUSE_COUNT = 1024
 # The engines refuse (HTTP 413) a request body larger than http.max_content_length, 100mb
 # (104,857,600 bytes) unless set in the node's config, OpenSearch and Elasticsearch alike;
 # the ingest's bulk requests stay well below it (indexing.config.DEFAULT_MAX_CHUNK_BYTES).
-# tests/apps/test_real_bundle.py sends a body of exactly this size and one byte more.
+# tests/indexing/test_ingest_failures.py sends a body of exactly this size and one byte more
+# to a node as the engine ships (default heap and settings).
 HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
 # Terms of a query text the BM25 clause keeps: multi_match makes one clause per analysed
 # term and field, and the sparse leg one per distinct token of the query's first 512

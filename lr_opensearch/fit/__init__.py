@@ -2,8 +2,8 @@
 artifact that :mod:`lr_opensearch.bundle` defines and reads; nothing on the query side
 imports it.
 
-- ``build`` (torch): a bundle from any HF checkpoint (``lr bundle build``) or from a trained
-  model (``trainer.export``).
+- ``build``: a bundle from any HF checkpoint (``lr bundle build``) or from a trained model
+  (``trainer.export``); on torch, or with none on ONNX Runtime (``onnx_build``, issue 47).
 - ``tables``: fitting a bundle's query tables to a corpus (``FitRecipe``, ``prepare_fit``,
   ``fit_bundle_tables``), the IDF sparse query weights.
 - ``ridge`` / ``distill`` (numpy, scipy): the ridge fit of one table, the listwise step after.

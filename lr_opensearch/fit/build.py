@@ -1,10 +1,12 @@
 """Building a model bundle from an HF checkpoint (no training needed) or a trained model.
 
-``build_bundle(model_dir, out_dir)`` loads any local HF directory (default: the packaged
+``build_bundle(model_dir, out_dir)`` reads any local HF directory (default: the packaged
 all-MiniLM-L6-v2), caches one query table per instruction (row t = the document forward of
-``instruction + t``, see ``LightRetrieverModel.token_table``), saves the doc encoder and
-writes the bundle with ``lr_opensearch.bundle.save_bundle``. ``trainer.export`` calls
-``build_bundle_from_model`` with its merged model: the same code path.
+``instruction + t``, see ``LightRetrieverModel.token_table``), copies the checkpoint's model
+files as the doc encoder and writes the bundle with ``lr_opensearch.bundle.save_bundle``:
+on ONNX Runtime without torch where ``build_runtime`` says (``fit.onnx_build``), else on
+torch. ``trainer.export`` calls ``build_bundle_from_model`` with its merged model (saved by
+HF): the same writer, ``write_bundle``.
 
 With fit corpora (``lr bundle build --fit-corpus``), the tables are then fitted so that the
 mean of a query's rows approximates the full model's embedding of the query, and IDF
@@ -31,7 +33,9 @@ import numpy as np
 
 from lr_opensearch.bundle import BundleConfig, save_bundle
 from lr_opensearch.errors import ConfigError
-from lr_opensearch.fit.tables import FitInputs, FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.fit.parts import BackboneParts, TokenTable, fit_with
+from lr_opensearch.fit.tables import FitRecipe, FitResult
+from lr_opensearch.model.checkpoint import Checkpoint
 from lr_opensearch.model.settings import DocSettings
 from lr_opensearch.packaged import resolve_model
 
@@ -92,16 +96,16 @@ class TableSettings:
     source_dir: Path | None = field(default=None, repr=False)
 
 
-def default_max_length(model: LightRetrieverModel, model_dir: Path | None) -> int:
-    """sentence-transformers' max_seq_length if recorded, else min(512, position limit)."""
-    from lr_opensearch.model.loading import sentence_transformers_settings
+def default_max_length(max_positions: int | None, model_dir: Path | None) -> int:
+    """sentence-transformers' max_seq_length if recorded, else min(512, the position limit
+    ``max_positions``, config.json's ``max_position_embeddings``)."""
+    from lr_opensearch.model.checkpoint import sentence_transformers_settings
 
     if model_dir is not None:
         st = sentence_transformers_settings(model_dir)
         if "max_length" in st:
             return int(st["max_length"])
-    limit = getattr(model.hf.config, "max_position_embeddings", None) or 512
-    return int(min(512, limit))
+    return int(min(512, max_positions or 512))
 
 
 def build_bundle(
@@ -117,6 +121,11 @@ def build_bundle(
 ) -> Path:
     """Build a bundle from a local HF checkpoint directory.
 
+    Where ``build_runtime`` chooses ONNX Runtime (``--runtime auto`` on a CPU, an encoder
+    whose graph is a packaged jar's or cached), no torch is imported: the query table, the
+    fit's vectors and the doc encoder's files (the checkpoint's own, copied) come from the
+    checkpoint and its graph alone; otherwise the model is loaded on torch, as before.
+
     Args:
         model_dir: HF save_pretrained directory with tokenizer.json, or a catalogue name
             (``packaged:minilm``, ``packaged:smollm2``, ``packaged:bge-small``,
@@ -128,8 +137,8 @@ def build_bundle(
             The document prompt the model's sentence-transformers files record (e5's
             "passage: ") becomes the bundle's ``document_prompt``.
         fit: how the tables are fitted (``fit.tables.FitRecipe``: corpora, queries, cap,
-            distillation, precision); None or no corpora: the unfitted table, count query
-            weights. See ``build_bundle_from_model``.
+            distillation, precision, runtime); None or no corpora: the unfitted table, count
+            query weights. See ``build_bundle_from_model``.
         overwrite: replace an existing bundle.
         progress: show progress bars.
         **config_fields: further ``BundleConfig`` fields (sparse_top_k, weights, ...).
@@ -137,18 +146,15 @@ def build_bundle(
     Returns:
         The bundle path.
     """
-    from lr_opensearch.model.runtime import require_torch
-
-    require_torch("lr bundle build (the query table is the backbone's forward of every token; "
-                  "ingest with --bundle BUNDLE needs no build)")
-    from lr_opensearch.model import LightRetrieverModel, RetrieverSettings
-    from lr_opensearch.model.device import check_device
-    from lr_opensearch.model.doc_encoder import default_device
-    from lr_opensearch.model.loading import sentence_transformers_settings
+    from lr_opensearch.model.checkpoint import (
+        read_checkpoint,
+        read_tokenizer,
+        sentence_transformers_settings,
+    )
+    from lr_opensearch.model.settings import RetrieverSettings
 
     backbone = backbone or BackboneSettings()
     tables = tables or TableSettings()
-    target = check_device(backbone.device) if backbone.device is not None else default_device()
     source, catalogue_name = resolve_model(None if model_dir is None else str(model_dir))
     prompts = sentence_transformers_settings(source)
     if tables.instructions is None and prompts.get("query_prompt"):
@@ -158,16 +164,56 @@ def build_bundle(
         config_fields.setdefault("document_prompt", prompts["document_prompt"])
     settings = RetrieverSettings(pooling=backbone.pooling, normalize=backbone.normalize,
                                  sparse_head=backbone.sparse_head)
-    model = LightRetrieverModel.from_pretrained(source, settings, name=catalogue_name).to(target)
+    checkpoint = read_checkpoint(source, settings)
     config_fields.setdefault("backbone_name", catalogue_name or source.name)
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer = read_tokenizer(source)
     tables = dataclasses.replace(
-        tables, max_length=tables.max_length or default_max_length(model, source),
+        tables, max_length=tables.max_length or default_max_length(checkpoint.max_positions, source),
         cache_key=model_files_key(source), source_dir=source)
+    recipe = fit or FitRecipe()
+    if build_runtime(checkpoint, backbone.device, recipe) == "onnx":
+        from lr_opensearch.fit.onnx_build import onnx_backbone
+
+        parts = onnx_backbone(checkpoint, tokenizer, max_length=tables.max_length,
+                              batch_size=tables.batch_size, progress=progress,
+                              document_prompt=config_fields.get("document_prompt", ""))
+        return write_bundle(parts, tokenizer, out_dir, tables=tables, fit=fit,
+                            overwrite=overwrite, **config_fields)
+    from lr_opensearch.model import LightRetrieverModel
+    from lr_opensearch.model.device import check_device
+    from lr_opensearch.model.doc_encoder import default_device
+
+    target = check_device(backbone.device) if backbone.device is not None else default_device()
+    model = LightRetrieverModel.from_pretrained(source, settings, name=catalogue_name).to(target)
     return build_bundle_from_model(model, tokenizer, out_dir, tables=tables, fit=fit,
                                    overwrite=overwrite, progress=progress, **config_fields)
+
+
+def build_runtime(checkpoint: Checkpoint, device: str | None, recipe: FitRecipe) -> str:
+    """Where ``lr bundle build`` runs the backbone (the table, the fit): "onnx" (no torch)
+    where ``recipe.runtime`` allows it and the checkpoint has a graph here, else "torch".
+
+    Raises:
+        ConfigError: ``--runtime onnx`` where it cannot run, or torch needed and not
+            installed: one line naming the option and the extra, before any work.
+    """
+    from lr_opensearch.model.runtime import onnx_obstacle, require_torch
+    from lr_opensearch.options import RUNTIMES, choice
+
+    runtime = choice("--runtime", recipe.runtime, RUNTIMES)
+    obstacle = onnx_obstacle(checkpoint.kind, checkpoint.sparse_mode, device,
+                             recipe.encode_precision)
+    if obstacle is None and recipe.sparse_fits:
+        obstacle = f"{' / '.join(recipe.sparse_fits)} (the sparse document side's fits train on torch)"
+    if obstacle is None and checkpoint.sparse_head is None:
+        obstacle = (f"a {checkpoint.architecture} checkpoint (its sparse head is told by the "
+                    "loaded model; --sparse-head tied runs on ONNX Runtime)")
+    if runtime == "onnx" and obstacle:
+        raise ConfigError(f"--runtime onnx: not with {obstacle}; use --runtime torch")
+    if runtime == "torch" or obstacle:
+        require_torch(f"lr bundle build with {obstacle or '--runtime torch'}")
+        return "torch"
+    return "onnx"
 
 
 def model_files_key(model_dir: Path) -> str:
@@ -180,7 +226,7 @@ def model_files_key(model_dir: Path) -> str:
     return hashlib.sha256("\n".join(f"{p.name} {hash_file(p)}" for p in files).encode()).hexdigest()
 
 
-def table_cache_path(model: LightRetrieverModel, model_key: str, ids: Sequence[int], vocab: int) -> Path:
+def table_cache_path(model: Checkpoint, model_key: str, ids: Sequence[int], vocab: int) -> Path:
     """Where the unfitted table of (model files, settings, instruction ids, vocabulary) is
     kept: ``$LR_TABLE_CACHE/<sha256>.safetensors``, by default ``<cache>/tables``. The table
     does not depend on the corpus (bge-small's, 12 layers and an 8-token prompt: 136 s on
@@ -194,31 +240,32 @@ def table_cache_path(model: LightRetrieverModel, model_key: str, ids: Sequence[i
     return root / f"{hashlib.sha256(recipe.encode()).hexdigest()}.safetensors"
 
 
-def compute_tables(model: LightRetrieverModel, tokenizer: Any, instructions: Mapping[str, str], *,
-                   batch_size: int = 256, progress: bool = True,
-                   model_key: str | None = None) -> dict[str, np.ndarray]:
-    """One query table [V, H] float32 per instruction, V = the tokenizer's vocabulary size.
+def compute_tables(facts: Checkpoint, tokenizer: Any, instructions: Mapping[str, str],
+                   token_table: TokenTable, *, model_key: str | None = None) -> dict[str, np.ndarray]:
+    """One query table [V, H] float32 per instruction, V = the tokenizer's vocabulary size,
+    from ``token_table`` (instruction ids, V) on the runtime that builds.
 
     With ``model_key`` (``model_files_key`` of the directory the model was loaded from) each
-    table is read from / written to the table cache (``table_cache_path``)."""
+    table is read from / written to the table cache (``table_cache_path``), whichever
+    runtime computed it (the two agree within 1e-5: tests/fit/test_build_without_torch.py)."""
     from safetensors.numpy import load_file, save_file
 
-    from lr_opensearch.model import instruction_ids
+    from lr_opensearch.model.framing import instruction_ids
 
     vocab = int(tokenizer.get_vocab_size(with_added_tokens=True))
-    if vocab > model.vocab_size:
+    if vocab > facts.vocab_size:
         raise ConfigError(f"the tokenizer has {vocab} tokens but the model's vocabulary has only "
-                          f"{model.vocab_size}; they do not belong together")
+                          f"{facts.vocab_size}; they do not belong together")
     tables: dict[str, np.ndarray] = {}
     for name, text in instructions.items():
         start = time.perf_counter()
         ids = instruction_ids(tokenizer, text)
-        cached = table_cache_path(model, model_key, ids, vocab) if model_key else None
+        cached = table_cache_path(facts, model_key, ids, vocab) if model_key else None
         if cached is not None and cached.is_file():
             tables[name] = load_file(str(cached))["table"]
             logger.info("query table %r: reusing %s", name, cached)
             continue
-        tables[name] = model.token_table(ids, vocab, batch_size=batch_size, progress=progress).numpy()
+        tables[name] = token_table(ids, vocab)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
@@ -248,7 +295,9 @@ def build_bundle_from_model(
         tokenizer: its ``tokenizers.Tokenizer``.
         out_dir: the bundle directory.
         tables: instructions (default ``{"default": ""}``), max length (default 512),
-            served dims, batch size, table cache key (:class:`TableSettings`).
+            served dims, batch size, table cache key; ``source_dir``: the model was loaded
+            unchanged from there, whose model files become the doc encoder (else the model
+            is saved: :class:`TableSettings`).
         fit: with corpora, every table is fitted to pseudo-queries cut from them and the
             bundle ships IDF sparse query weights; the manifest's ``fit`` records how
             (``fit.tables.FitRecipe``).
@@ -259,34 +308,65 @@ def build_bundle_from_model(
     Returns:
         The bundle path.
     """
+    from lr_opensearch.fit.sparse_build import fit_doc_side
+    from lr_opensearch.model.checkpoint import copy_checkpoint
+
     tables = tables or TableSettings()
+    source = tables.source_dir
+    config_fields.setdefault("backbone_name", model.name or model.architecture)
+    facts = Checkpoint(
+        path=source or Path(), architecture=model.architecture, kind=model.kind,
+        pooling=model.pooling, normalize=model.normalize, query_norm=model.query_norm,
+        sparse_mode=model.sparse_mode, sparse_head=model.head.kind,
+        hidden_size=model.hidden_size, vocab_size=model.vocab_size, max_positions=None)
+    parts = BackboneParts(
+        facts=facts,
+        token_table=lambda ids, vocab: model.token_table(
+            ids, vocab, batch_size=tables.batch_size, progress=progress).numpy(),
+        fit=lambda rows, instructions, doc, recipe: fit_tables(
+            model, tokenizer, rows, instructions, doc, recipe, progress=progress, source_dir=source),
+        save=model.save_pretrained if source is None else lambda out: model.save_sparse_fits(
+            copy_checkpoint(source, out)),
+        fields=medusa_fields(model),
+        fit_sparse=lambda inputs, doc, recipe: fit_doc_side(
+            model, tokenizer, inputs, recipe, doc, progress=progress))
+    return write_bundle(parts, tokenizer, out_dir, tables=tables, fit=fit, overwrite=overwrite,
+                        **config_fields)
+
+
+def write_bundle(parts: BackboneParts, tokenizer: Any, out_dir: str | Path, *,
+                 tables: TableSettings, fit: FitRecipe | None = None, overwrite: bool = False,
+                 **config_fields: Any) -> Path:
+    """The one bundle writer of both runtimes: config, unfitted tables (cached), the fit,
+    the doc encoder's files, ``save_bundle``."""
+    facts = parts.facts
+    assert facts.sparse_head is not None  # the loaded model's, or told by build_runtime's check
     instructions = dict(tables.instructions or DEFAULT_INSTRUCTIONS)
     max_length = tables.max_length or 512
-    config_fields.setdefault("backbone_name", model.name or model.architecture)
     config_fields.setdefault("default_instruction", next(iter(instructions)))
     config = BundleConfig(
-        architecture=model.architecture, kind=model.kind, pooling=model.pooling,
-        normalize=model.normalize, query_norm=model.query_norm, dense_dim=model.hidden_size,
-        served_dim=tables.served_dim or model.hidden_size, max_length=max_length,
-        sparse_head=model.head.kind, instructions=instructions, **medusa_fields(model),
+        architecture=facts.architecture, kind=facts.kind, pooling=facts.pooling,
+        normalize=facts.normalize, query_norm=facts.query_norm, dense_dim=facts.hidden_size,
+        served_dim=tables.served_dim or facts.hidden_size, max_length=max_length,
+        sparse_head=facts.sparse_head, instructions=instructions, **parts.fields,
         **config_fields)
-    rows = compute_tables(model, tokenizer, instructions, batch_size=tables.batch_size,
-                          progress=progress, model_key=tables.cache_key)
+    rows = compute_tables(facts, tokenizer, instructions, parts.token_table,
+                          model_key=tables.cache_key)
     weights, stats = None, None
     if fit is not None and fit.enabled:
         doc = DocSettings(max_length=max_length, document_prompt=config.document_prompt)
-        result = fit_tables(model, tokenizer, rows, instructions, doc, fit, progress=progress,
-                            source_dir=tables.source_dir)
+        result = parts.fit(rows, instructions, doc, fit)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
-        if fit.sparse_lowrank is not None and result.inputs is not None:
-            stats["sparse_lowrank"] = fit_lowrank(model, tokenizer, result.inputs, fit, doc, progress=progress)
-            config = dataclasses.replace(config, sparse_lowrank=fit.sparse_lowrank.rank)
-        if fit.sparse is not None and result.inputs is not None:
-            stats["sparse_doc"] = fit_sparse(model, tokenizer, result.inputs, fit, doc, progress=progress)
-            config = dataclasses.replace(config, sparse_term_affine=True)
+        if fit.sparse_fits:
+            if parts.fit_sparse is None or result.inputs is None:  # build_runtime refused it
+                raise ConfigError(f"{', '.join(fit.sparse_fits)} runs on torch; use --runtime torch")
+            stats.update(parts.fit_sparse(result.inputs, doc, fit))
+            config = dataclasses.replace(
+                config, sparse_term_affine=fit.sparse is not None,
+                sparse_lowrank=0 if fit.sparse_lowrank is None else fit.sparse_lowrank.rank)
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
-        model.save_pretrained(doc_dir)
+        parts.save(doc_dir)
         tokenizer.save(str(doc_dir / "tokenizer.json"))
         return save_bundle(out_dir, config, tokenizer=tokenizer, tables=rows,
                            doc_encoder_dir=doc_dir, overwrite=overwrite,
@@ -301,77 +381,18 @@ def medusa_fields(model: LightRetrieverModel) -> dict[str, Any]:
             "soft_top_k_temperature": model.soft_top_k_temperature}
 
 
-def fit_sparse(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, recipe: FitRecipe,
-               doc: DocSettings, *, progress: bool = True) -> dict[str, Any]:
-    """Fit the sparse head's per-term scale and bias (``fit.sparse``) on the table fit's
-    documents and pseudo-queries, set it on ``model`` (saved with its doc encoder) and
-    return the record of the fit. Documents are encoded as ingest encodes them, at the
-    recipe's precision."""
-    from lr_opensearch.fit.sparse_head import fit_sparse_head
-
-    if recipe.sparse is None:
-        raise ValueError("fit_sparse needs a recipe with sparse settings")
-    model.set_term_affine(None)
-    head, stats = _fit_doc_side(model, tokenizer, doc, recipe, "--fit-sparse",
-                                lambda enc: fit_sparse_head(enc, inputs, recipe.sparse, progress=progress))
-    model.set_term_affine(head)
-    return stats.to_dict()
-
-
-def fit_lowrank(model: LightRetrieverModel, tokenizer: Any, inputs: FitInputs, recipe: FitRecipe,
-                doc: DocSettings, *, progress: bool = True) -> dict[str, Any]:
-    """Fit a low-rank correction of the sparse projection (``fit.sparse_lowrank``) on the
-    table fit's documents and pseudo-queries, set it on ``model`` (saved with its doc
-    encoder) and return the record of the fit."""
-    from lr_opensearch.fit.sparse_lowrank import fit_sparse_lowrank
-
-    if recipe.sparse_lowrank is None:
-        raise ValueError("fit_lowrank needs a recipe with low-rank settings")
-    model.sparse_lowrank = None
-    head, stats = _fit_doc_side(model, tokenizer, doc, recipe, "--fit-sparse-lowrank",
-                                lambda enc: fit_sparse_lowrank(enc, inputs, recipe.sparse_lowrank, progress=progress))
-    model.sparse_lowrank = head.to(model.device)
-    return stats.to_dict()
-
-
-def _fit_doc_side(model: LightRetrieverModel, tokenizer: Any, doc: DocSettings, recipe: FitRecipe,
-                  flag: str, fit: Any) -> Any:
-    """``fit(encoder)`` with the model's documents encoded as ingest encodes them, at the
-    recipe's precision; the model's training mode restored."""
-    from lr_opensearch.model import DocEncoder
-
-    if model.medusa is not None:
-        raise ConfigError(f"{flag} fits the 'max' sparse head; this model's sparse_mode is "
-                          f"{model.sparse_mode!r}; build without {flag}")
-    was_training = model.training
-    encoder = DocEncoder(model, tokenizer, doc, device=model.device, batch_size=32,
-                         precision=recipe.encode_precision)
-    try:
-        return fit(encoder)
-    finally:
-        model.train(was_training)
-
-
 def fit_tables(model: LightRetrieverModel, tokenizer: Any, tables: Mapping[str, np.ndarray],
                instructions: Mapping[str, str], doc: DocSettings, recipe: FitRecipe, *,
                progress: bool = True, source_dir: Path | None = None) -> FitResult:
-    """``fit.fit_bundle_tables`` with targets from the model's document forward.
-
-    A target is ``DocEncoder.encode_dense([instruction + query])`` at the full dense dim:
-    what the ``full-dense`` evaluation run computes for a query; with ``distill``, the
-    candidate documents are encoded by the same ``encode_dense`` with the document prompt, as
-    ingest encodes them;
-    both at ``precision`` (``options.ENCODE_PRECISIONS``), on ONNX Runtime where
-    ``recipe.runtime`` chooses it and the model was loaded from ``source_dir``
-    (``model.runtime.fit_encoder``).
-    """
+    """``fit_with`` the model's document forward (``model.runtime.fit_encoder``: on ONNX
+    Runtime where ``recipe.runtime`` chooses it and the model was loaded from
+    ``source_dir``, else on torch at ``recipe.encode_precision``)."""
     from lr_opensearch.model.runtime import fit_encoder
 
     was_training = model.training
     encoder = fit_encoder(model, tokenizer, doc, precision=recipe.encode_precision,
                           runtime=recipe.runtime, source_dir=source_dir)
     try:
-        return fit_bundle_tables(tokenizer, tables, instructions, encoder.encode_dense, recipe,
-                                 progress=progress, embed_docs=lambda texts: encoder.encode_dense(texts, documents=True))
+        return fit_with(encoder, tokenizer, tables, instructions, recipe, progress=progress)
     finally:
         model.train(was_training)

@@ -4,7 +4,8 @@
 A bundle fitted on a corpus is stored under a name made of the model, the corpus content
 (SHA-256) and the fit recipe, so the same corpus and model give the same bundle, built once
 (``fitted_bundle``; ``lr bundle build --fit-corpus``, zero-config ingest and ``lr demo``).
-Naming one needs no torch; building one imports it.
+Neither naming nor building one needs torch where the model runs on ONNX Runtime
+(``fit.build.build_runtime``); both need scipy (the fit's ridge solve: ``.[build]``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ from pathlib import Path
 
 from lr_opensearch.bundle.files import hash_file
 from lr_opensearch.bundle.store import is_bundle, store_dir
+from lr_opensearch.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "packaged:minilm"
+BUILD_HINT = "pip install 'lr-opensearch[build]'"
+
+
+def require_build_packages(what: str = "lr bundle build") -> None:
+    """ConfigError naming ``what`` and the extra, unless scipy (the fit's sparse ridge
+    solve, ``fit.ridge``) is installed: one line before any work."""
+    from lr_opensearch.model.onnx_graph import installed
+
+    if not installed("scipy"):
+        raise ConfigError(f"{what} needs scipy (the query table's fit), which is not installed: "
+                          f"{BUILD_HINT}")
 
 
 def default_model() -> str:
@@ -59,6 +72,7 @@ def fitted_name(corpus: Path, model: str | None = None) -> str:
 def fitted_bundle(corpus: str | Path, *, model: str | None = None, progress: bool = True) -> Path:
     """The bundle of ``model`` (default ``default_model()``) fitted on ``corpus``, from the
     store, or built into it once (``lr bundle build --fit-corpus``'s library function)."""
+    require_build_packages("a bundle fitted on the corpus (ingest or lr demo without --bundle)")
     corpus = Path(corpus)
     out = store_dir() / fitted_name(corpus, model)
     if is_bundle(out):

@@ -149,6 +149,17 @@ class FitRecipe:
     def enabled(self) -> bool:
         return bool(self.corpora)
 
+    @property
+    def sparse_fits(self) -> tuple[str, ...]:
+        """The options of the sparse document side's fits this recipe asks for (they train
+        on torch: ``fit.sparse_build``); none without corpora.
+
+        >>> FitRecipe(corpora=("c.jsonl",), sparse=SparseFitConfig()).sparse_fits
+        ('--fit-sparse',)
+        """
+        asked = (("--fit-sparse-lowrank", self.sparse_lowrank), ("--fit-sparse", self.sparse))
+        return tuple(flag for flag, setting in asked if setting is not None and self.enabled)
+
 
 @dataclass(frozen=True)
 class FitResult:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lr_opensearch.bundle import load_bundle
 from lr_opensearch.engine.seismic import RANK_FEATURES
-from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestError
+from lr_opensearch.errors import ConfigError, CorpusError, EngineError, IngestError, QueryError
 
 from .checkpoint import SKIPPED, CheckpointFile, CheckpointState, Watermark
 from .config import IngestConfig
@@ -243,7 +243,7 @@ def _calibrate(adapter: EngineAdapter, config: IngestConfig, bundle: Bundle) -> 
         return
     try:
         calibrate(adapter, config.index, bundle)
-    except (EngineError, ConfigError) as exc:
+    except (EngineError, ConfigError, QueryError) as exc:
         logger.warning("the index is loaded but not calibrated (%s); fusion='calibrated' needs "
                        "`lr index calibrate --index %s`", exc, config.index)
 

@@ -33,7 +33,6 @@ from lr_opensearch.model.loading import (
     eos_token_id,
     infer_kind,
     load_hf,
-    sentence_transformers_settings,
 )
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
@@ -140,24 +139,16 @@ class LightRetrieverModel(nn.Module):
         directory's sentence-transformers setting, else "last" for decoders and "cls" for
         encoders; ``normalize=None`` likewise takes the sentence-transformers setting.
         """
-        from tokenizers import Tokenizer
+        from lr_opensearch.model.checkpoint import read_tokenizer, resolved_pooling
 
         model_dir = Path(model_dir)
         hf, architecture = load_hf(model_dir, dtype)
         settings = settings or RetrieverSettings()
         kind = settings.kind or infer_kind(hf.config, architecture)
         if tokenizer is None:
-            tok_file = model_dir / "tokenizer.json"
-            if not tok_file.is_file():
-                raise ConfigError(f"{model_dir}: no tokenizer.json (HF tokenizers format) beside "
-                                  "the weights; save the tokenizer with save_pretrained")
-            tokenizer = Tokenizer.from_file(str(tok_file))
+            tokenizer = read_tokenizer(model_dir)
         framing = Framing.derive(tokenizer, kind, eos_token_id(hf.config))
-        st = sentence_transformers_settings(model_dir)
-        pooling = settings.pooling or st.get("pooling") or ("last" if kind == "decoder" else "cls")
-        normalize = settings.normalize
-        if normalize is None:
-            normalize = bool(st.get("normalize", False))
+        pooling, normalize = resolved_pooling(model_dir, settings, kind)
         name = name or getattr(hf.config, "_name_or_path", "") or model_dir.name
         resolved = dataclasses.replace(settings, kind=kind, pooling=pooling, normalize=normalize)
         model = cls.create(hf, framing=framing, settings=resolved, architecture=architecture,
@@ -439,6 +430,11 @@ class LightRetrieverModel(nn.Module):
         hf.save_pretrained(out)
         if self.medusa is not None:
             self.medusa.save(out / MEDUSA_FILE)
+        return self.save_sparse_fits(out)
+
+    def save_sparse_fits(self, out: Path) -> Path:
+        """Write the fitted sparse head's files (``term_affine``, ``sparse_lowrank``) into
+        the doc encoder directory ``out`` (beside a checkpoint's copied files)."""
         if self.term_affine is not None:
             self.term_affine.save(out / TERM_AFFINE_FILE)
         if self.sparse_lowrank is not None:

@@ -11,6 +11,7 @@ sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
@@ -103,6 +104,34 @@ class OnnxDocEncoder:
     def encode_dense(self, texts: Sequence[str], *, documents: bool = False) -> np.ndarray:
         """Dense vectors alone (``DocEncoder.encode_dense``)."""
         return self._run(texts, sparse=False, documents=documents).dense
+
+    def token_table(self, instruction_ids: Sequence[int], vocab_size: int, *,
+                    normalize_rows: bool, batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        """The query table on ONNX Runtime: row t = the pooled vector of ``prefix +
+        instruction + [t] + suffix`` (``LightRetrieverModel.token_table`` for an encoder:
+        every row its own sequence, all of one length), L2-normalised when
+        ``normalize_rows`` (``normalize`` and ``query_norm == "rows"``).
+
+        Returns:
+            [vocab_size, H] float32.
+        """
+        from lr_opensearch.progress import progress_bar
+
+        head = [*self.framing.prefix, *instruction_ids]
+        tail = list(self.framing.suffix)
+        hidden = self.graph.weight.shape[1]
+        pool = dataclasses.replace(self.head, normalize=normalize_rows, served_dim=hidden)
+        table = np.empty((vocab_size, hidden), dtype=np.float32)
+        with progress_bar(total=vocab_size, desc="query table", unit="tok",
+                          disable=not progress) as bar:
+            for start in range(0, vocab_size, batch_size):
+                stop = min(start + batch_size, vocab_size)
+                ids = np.array([[*head, t, *tail] for t in range(start, stop)], dtype=np.int64)
+                mask = np.ones_like(ids)
+                out = self.session.run(None, graph_inputs(self.session, ids, mask))[0]
+                table[start:stop] = pool.dense(out, mask)
+                bar.update(stop - start)
+        return table
 
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
         framing = self._doc_framing if documents else self.framing

@@ -18,7 +18,10 @@
 
 int8 dynamic quantization of the backbone's Linear layers (``quantize_dynamic``) was
 measured too and left out: MiniLM's dense vectors fell to cosine 0.90 to fp32 and
-nDCG@10 by 0.02 to 0.05 (docs/RESULTS.md).
+nDCG@10 by 0.02 to 0.05 (docs/RESULTS.md). On ONNX Runtime (issue 47) both int8 graphs,
+its dynamic quantisation and the LangChain4j ``-q`` jar's, moved LR hybrid, dense or sparse
+nDCG@10 by more than 0.005 on ADI, CISI and Cranfield (docs/results/encoding.md): no int8
+option.
 
 The weights on disk never change: a precision is how vectors are computed, not what a
 bundle holds, so an index written with one precision is searched with the same bundle.

@@ -170,6 +170,17 @@ def pseudo_queries(docs: Sequence[tuple[str, str]], seed: int) -> list[str]:
     return list(pq.texts)
 
 
+def with_tokens(encoder: Any, texts: Sequence[str]) -> tuple[list[str], int]:
+    """(the texts the query encoder gives at least one token, how many it gives none): a
+    sampled document's title or span can be all words outside the vocabulary, and such a
+    pseudo-query measures nothing."""
+    if not texts:
+        return [], 0
+    _, lengths = encoder.tokenizer(list(texts))
+    kept = [t for t, n in zip(texts, lengths, strict=True) if n > 0]
+    return kept, len(texts) - len(kept)
+
+
 def measure(adapter: EngineAdapter, index: str, encoder: Any, texts: Sequence[str],
             names: Sequence[str], shapes: Sequence[Shape]) -> dict[str, LegScale]:
     """Each leg of ``names`` in each shape searched alone for every text: its scales."""
@@ -222,9 +233,15 @@ def calibrate(adapter: EngineAdapter, index: str, bundle: Bundle, *,
         from lr_opensearch.query import QueryEncoder
 
         encoder = QueryEncoder(bundle)
+    texts, tokenless = with_tokens(encoder, texts)
+    if not texts:
+        raise ConfigError(f"index {index!r}: none of the {tokenless} pseudo-queries of {len(docs)} "
+                          "sampled documents has a token the bundle's tokenizer knows; is it "
+                          "the bundle the index was built with?")
     names = [n for n in legs.names() if legs.get(n).input in CALIBRATED_INPUTS]
     scales = measure(adapter, index, encoder, texts, names, shapes)
     method = {"sampled_documents": len(docs), "seed": seed, "pseudo_queries": len(texts),
+              "pseudo_queries_without_tokens": tokenless,
               "recipes": ["title", "sentence", "span"], "hits_per_query": TOP_N,
               "documents": adapter.count(index), "bundle_id": bundle.bundle_id,
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -31,6 +31,7 @@ from ingest_support import (
     write_jsonl,
 )
 from node_support import free_port
+from waiting import wait_until
 
 from lr_opensearch import QueryEncoder, Retriever, connect, load_bundle
 from lr_opensearch.node import load_lock
@@ -311,18 +312,17 @@ def test_elasticsearch_profile_takes_the_host_ingest(
 
 
 def _wait_for_nodes(url: str, nodes: int, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The client of ``url`` once its cluster has exactly ``nodes`` nodes."""
+    def formed() -> Any:
         try:
             client = connect(url, timeout=30)
             health = client.cluster.health(wait_for_nodes=str(nodes), timeout="10s",
                                            request_timeout=30)
-            if health["number_of_nodes"] == nodes:
-                return client
         except Exception:  # noqa: BLE001 - not up yet
-            pass
-        assert time.monotonic() < deadline, f"{url}: {nodes} nodes did not form in {timeout} s"
-        time.sleep(2)
+            return None
+        return client if health["number_of_nodes"] == nodes else None
+
+    return wait_until(formed, f"{url}: a cluster of {nodes} nodes", timeout=timeout, pause=2)
 
 
 def _sigkill(container: str, pid: int) -> None:

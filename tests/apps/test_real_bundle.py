@@ -582,28 +582,3 @@ def test_the_result_window_at_the_limit(adi: dict[str, Any], client: Any) -> Non
     retriever = Retriever(adi["bundle"], client, INDEX, candidates=limit)
     for fusion in ("server", "client"):
         assert len(retriever.search(adi["texts"][0], k=limit, fusion=fusion)) == 82, fusion
-
-
-def test_a_request_body_at_the_engine_limit(client: Any) -> None:
-    """HTTP_MAX_CONTENT_LENGTH is the engine's http.max_content_length: a bulk body of exactly
-    that many bytes is taken, one byte more is refused with 413 (the ingest then splits its
-    requests: tests/indexing/test_ingest_failures.py)."""
-    from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
-
-    index = f"lr-real-limit-{uuid.uuid4().hex[:8]}"
-    client.indices.create(index=index, body={"mappings": {"dynamic": False}})
-    try:
-        head = json.dumps({"index": {"_index": index, "_id": "big"}}) + "\n"
-        frame = len(head) + len('{"blob": ""}\n')
-        for extra, accepted in ((0, True), (1, False)):
-            blob = "x" * (HTTP_MAX_CONTENT_LENGTH - frame + extra)
-            body = (head + json.dumps({"blob": blob}) + "\n").encode()
-            assert len(body) == HTTP_MAX_CONTENT_LENGTH + extra
-            if accepted:
-                res = client.transport.perform_request("POST", "/_bulk", body=body)
-                assert not res["errors"], res
-            else:
-                with pytest.raises(Exception, match="413"):
-                    client.transport.perform_request("POST", "/_bulk", body=body)
-    finally:
-        client.indices.delete(index=index, ignore_unavailable=True)

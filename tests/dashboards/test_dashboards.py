@@ -87,11 +87,11 @@ def test_dashboards_import_accepts_the_objects(tmp_path: Path) -> None:
     and the exported file through Dashboards' own import endpoint. No engine: a failure."""
     import os
     import subprocess
-    import time
     import urllib.request
 
     from docker_support import ensure_images
     from node_support import free_port
+    from waiting import wait_until
 
     from lr_opensearch.dashboards.saved_objects import saved_objects, to_ndjson
     from lr_opensearch.engine.client import make_client
@@ -105,16 +105,14 @@ def test_dashboards_import_accepts_the_objects(tmp_path: Path) -> None:
                    env=env, check=True, timeout=900)
     try:
         dash = f"http://127.0.0.1:{env['LR_DOCKER_DASHBOARDS_PORT']}"
-        deadline = time.monotonic() + 300
-        while True:
+        def answers() -> bool:
             try:
                 with urllib.request.urlopen(f"{dash}/api/status", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
+                    return bool(resp.status == 200)
             except OSError:
-                pass
-            assert time.monotonic() < deadline, "Dashboards did not answer in 300 s"
-            time.sleep(5)
+                return False
+
+        wait_until(answers, f"Dashboards at {dash}/api/status", timeout=300, pause=5)
         client = make_client(f"http://127.0.0.1:{env['LR_DOCKER_HTTP_PORT']}")
         bundle = load_bundle(tiny_bundle(tmp_path / "b", wordpiece_tokenizer(padding=False)))
         index = "lr-dash-test"

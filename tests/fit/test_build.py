@@ -175,8 +175,12 @@ def test_build_runs_on_the_device_named_or_the_default_one(tmp_path: Path, monke
     assert seen[0] == "default asked" and set(seen[1:]) == {"table cpu", "fit cpu"}
     seen.clear()
     monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables2"))  # not the cached table
-    build_bundle(model_dir, tmp_path / "b2", backbone=BackboneSettings(device="cpu"), **kw)
+    build_bundle(model_dir, tmp_path / "b2", backbone=BackboneSettings(device="cpu"),
+                 fit=FitRecipe(runtime="torch"), **kw)
     assert seen == ["table cpu"]  # named: the default is not asked
+    monkeypatch.setenv("LR_TABLE_CACHE", str(tmp_path / "tables3"))
+    build_bundle(model_dir, tmp_path / "b2-onnx", backbone=BackboneSettings(device="cpu"), **kw)
+    assert seen == ["table cpu"]  # --runtime auto on the CPU: the table on ONNX Runtime
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ConfigError, match=r"--device cuda:\d+"):
         build_bundle(model_dir, tmp_path / "b3", backbone=BackboneSettings(device=f"cuda:{count}"),

@@ -3,6 +3,7 @@ file, the bundle round trip, and the pseudo-queries' sources the fit learns from
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -257,3 +258,25 @@ def test_a_fitted_head_keeps_the_document_encoder_on_torch() -> None:
     assert choose_runtime("auto", **kw) == "torch"
     with pytest.raises(ConfigError, match="fitted sparse head"):
         choose_runtime("onnx", **kw)
+
+
+@pytest.mark.parametrize("recipe", [{"sparse": SparseFitConfig()}, {"sparse_lowrank": "lowrank"}])
+def test_a_sparse_fit_where_the_build_cannot_run_torch_says_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: dict[str, object]) -> None:
+    """The sparse fits train on torch: ``--runtime onnx`` refuses them naming ``--runtime
+    torch``, a machine without torch names the extra; one line each, before any work."""
+    import lr_opensearch.model.runtime as runtime
+    from lr_opensearch.fit.sparse import LowRankFitConfig
+
+    if recipe.get("sparse_lowrank"):
+        recipe = {"sparse_lowrank": LowRankFitConfig(rank=2)}
+    flag = "--fit-sparse" if "sparse" in recipe else "--fit-sparse-lowrank"
+    model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
+    fit = FitRecipe(corpora=(corpus,), max_queries=100, **recipe)  # type: ignore[arg-type]
+    assert fit.sparse_fits == (flag,)
+    with pytest.raises(ConfigError, match=rf"--runtime onnx: not with {flag} .*; use --runtime torch$"):
+        build_bundle(model_dir, tmp_path / "out", fit=dataclasses.replace(fit, runtime="onnx"))
+    monkeypatch.setattr(runtime, "installed", lambda name: name != "torch")
+    with pytest.raises(ConfigError, match=rf"lr bundle build with {flag} .*needs torch.*lr-opensearch\[train\]"):
+        build_bundle(model_dir, tmp_path / "out", fit=fit)
+    assert not (tmp_path / "out").exists()

@@ -203,6 +203,51 @@ def test_a_request_over_the_clusters_limit_is_split_and_a_too_large_document_nam
     assert len(ids) == len(set(ids)) == len(docs) and set(ids) == {d["_id"] for d in docs}
 
 
+@pytest.fixture(scope="module")
+def default_node(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A throwaway node as the engine ships: its default heap (1g) and request limit."""
+    from lr_opensearch.node import NodeConfig, install, start_node, stop_node
+
+    node_dir = tmp_path_factory.mktemp("default-node")
+    config = NodeConfig(node_dir=node_dir, http_port=free_port(), transport_port=free_port(),
+                        cluster_name="lr-test-limit")
+    start_node(config, install(), timeout=300)
+    try:
+        yield config.url
+    finally:
+        stop_node(node_dir, timeout=60)
+
+
+@pytest.mark.slow
+def test_a_request_body_at_the_engine_limit(default_node: str) -> None:
+    """HTTP_MAX_CONTENT_LENGTH is the engine's http.max_content_length: a bulk body of exactly
+    that many bytes is taken, one byte more is refused with 413 (the ingest then splits its
+    requests: the test above).
+
+    On a node of its own: the engine holds about twice the body in flight (200 MB here), and
+    its parent circuit breaker counts the heap really in use, so on a 1g node already holding
+    deployed models the body at the limit was refused with 429 (a CI run, on the shared
+    ml-commons node of tests/apps/test_real_bundle.py)."""
+    from lr_opensearch.engine.client import make_client
+    from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
+
+    client = make_client(default_node, timeout=180)
+    index = "lr-test-limit"
+    client.indices.create(index=index, body={"mappings": {"dynamic": False}})
+    head = json.dumps({"index": {"_index": index, "_id": "big"}}) + "\n"
+    frame = len(head) + len('{"blob": ""}\n')
+    for extra, accepted in ((0, True), (1, False)):
+        blob = "x" * (HTTP_MAX_CONTENT_LENGTH - frame + extra)
+        body = (head + json.dumps({"blob": blob}) + "\n").encode()
+        assert len(body) == HTTP_MAX_CONTENT_LENGTH + extra
+        if accepted:
+            res = client.transport.perform_request("POST", "/_bulk", body=body)
+            assert not res["errors"], res
+        else:
+            with pytest.raises(Exception, match="413"):
+                client.transport.perform_request("POST", "/_bulk", body=body)
+
+
 def test_no_password_in_any_output_file_or_index_meta(
         secure_endpoint: Any, tiny: Path, os_client: Any, index_name: str, tmp_path: Path) -> None:
     ep = secure_endpoint

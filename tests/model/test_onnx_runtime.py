@@ -199,12 +199,30 @@ def test_the_runtime_choice() -> None:
 
 def test_without_torch_a_build_and_a_torch_encoder_say_what_to_install(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``lr bundle build`` cannot do without torch (a decoder LLM backbone, ``--runtime
+    torch``) says so in one line naming it and the extra, before any work."""
+    from model_fixtures import tiny_llama
+
     import lr_opensearch.model.runtime as runtime
     from lr_opensearch.fit.build import build_bundle
+    from lr_opensearch.fit.tables import FitRecipe
 
+    llama = save_model_dir(*tiny_llama(), tmp_path / "llama")
+    bert = save_model_dir(*tiny_bert(), tmp_path / "bert")
     monkeypatch.setattr(runtime, "installed", lambda name: name != "torch")
-    with pytest.raises(ConfigError, match=r"lr bundle build .* needs torch.*lr-opensearch\[train\]"):
-        build_bundle(tmp_path / "no-model", tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"lr bundle build with a decoder backbone .*needs torch"
+                                          r".*lr-opensearch\[train\]"):
+        build_bundle(llama, tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"lr bundle build with --runtime torch needs torch.*\[train\]"):
+        build_bundle(bert, tmp_path / "out", fit=FitRecipe(runtime="torch"))
+    # a checkpoint of one's own with no graph yet: the one-time export needs torch
+    import lr_opensearch.model.onnx_graph as onnx_graph
+
+    monkeypatch.setattr(onnx_graph, "installed", lambda name: name != "torch")
+    monkeypatch.setenv("LR_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"no ONNX graph for the encoder .*lr-opensearch\[train\]"):
+        build_bundle(bert, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"--device cuda.*needs torch.*\[train\]"):
         choose_runtime("auto", kind="encoder", sparse_mode="max", device="cuda", precision="fp32")
 
@@ -299,7 +317,8 @@ def test_a_bundle_built_on_onnx_searches_torch_encoded_documents_alike(
 
 def test_the_ingest_install_pulls_no_torch() -> None:
     """Issue 47 item 2: ``pip install lr-opensearch`` and ``.[ingest]`` declare no torch (nor
-    what only torch needs); ``.[ingest]`` brings ONNX Runtime; ``.[train]`` brings torch."""
+    what only torch needs); ``.[ingest]`` brings ONNX Runtime; ``.[build]`` adds scipy (the
+    table's fit) and no torch; ``.[train]`` brings torch."""
     import re
 
     import tomllib  # Python 3.11+, as tests/apps/test_bench_imports.py
@@ -314,3 +333,7 @@ def test_the_ingest_install_pulls_no_torch() -> None:
     assert not names(project["dependencies"] + extras["ingest"]) & torch_side
     assert {"onnxruntime", "onnx"} <= names(extras["ingest"])
     assert {"torch", "transformers"} <= names(extras["train"])
+    # lr bundle build without torch (issue 47): the ingest extra and scipy, the fit's solver
+    build = names(extras["build"])
+    assert build == {"lr-opensearch", "scipy"} and "lr-opensearch[ingest]" in extras["build"]
+    assert "scipy" not in names(project["dependencies"] + extras["ingest"])

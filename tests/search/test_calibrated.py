@@ -371,3 +371,34 @@ def test_recalibrating_re_renders_the_stored_template(corpus: Any, calibrated: A
     finally:
         engine_client.indices.delete(index=other, ignore_unavailable=True)
         engine_client.delete_script(id=f"lr-calibrated-{other}", ignore=[404])
+
+
+def test_a_pseudo_query_without_tokens_is_left_out_not_fatal(
+        tmp_path: Any, os_client: Any) -> None:
+    """A sampled document whose words are all outside the vocabulary gives pseudo-queries
+    with no token (CI: a Cranfield title under the tiny vocabulary ended an ingest with
+    exit 1 after every document was loaded). They are left out and counted; the others
+    calibrate."""
+    adapter = make_adapter(os_client)
+    tok = wordpiece_tokenizer(padding=False)
+    bundle = load_bundle(tiny_bundle(tmp_path / "bundle", tok, seed=3))
+    index = f"lr-test-calibrated-tokenless-{uuid.uuid4().hex[:8]}"
+    adapter.create_index(index, bundle)
+    outside = "high frequency gas discharges"
+    assert not tok.encode(outside, add_special_tokens=False).ids or all(
+        t == tok.token_to_id("[UNK]") for t in tok.encode(outside, add_special_tokens=False).ids)
+    docs = [{"title": outside, "text": f"{outside}. {outside}"},
+            {"title": "doc paris tower", "text": SENTENCES[1]},
+            {"title": "doc boundary layer", "text": SENTENCES[3]}]
+    ops: list[Any] = []
+    for i, doc in enumerate(docs):
+        ops += [{"index": {"_index": index, "_id": f"d{i}"}}, doc]
+    try:
+        assert not os_client.bulk(body=ops, refresh=True)["errors"]
+        cal = calibrate(adapter, index, bundle, sample_docs=3)
+        assert cal.method["sampled_documents"] == 3
+        assert cal.method["pseudo_queries_without_tokens"] >= 1
+        assert cal.method["pseudo_queries"] >= 2
+        assert read_calibration(adapter, index).scales["bm25"].queries > 0
+    finally:
+        os_client.indices.delete(index=index, ignore_unavailable=True)
