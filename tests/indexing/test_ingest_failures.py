@@ -228,8 +228,8 @@ def test_a_request_body_at_the_engine_limit(default_node: str) -> None:
     its parent circuit breaker counts the heap really in use, so on a 1g node already holding
     deployed models the body at the limit was refused with 429 (a CI run, on the shared
     ml-commons node of tests/apps/test_real_bundle.py)."""
-    from lr_opensearch.engine.client import make_client
     from lr_opensearch.engine.clauses import HTTP_MAX_CONTENT_LENGTH
+    from lr_opensearch.engine.client import make_client
 
     client = make_client(default_node, timeout=180)
     index = "lr-test-limit"
