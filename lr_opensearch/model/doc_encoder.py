@@ -29,7 +29,7 @@ from lr_opensearch.model.precision import (
     sparse_exact_top,
 )
 from lr_opensearch.model.settings import DocSettings, RetrieverSettings
-from lr_opensearch.model.sparse_lowrank import LOWRANK_FILE
+from lr_opensearch.model.sparse_fits import SparseFits
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
@@ -95,14 +95,10 @@ class DocEncoder:
             kind=cfg.kind, pooling=cfg.pooling, normalize=cfg.normalize,
             sparse_head=cfg.sparse_head, sparse_mode=cfg.sparse_mode,
             medusa_heads=cfg.medusa_heads or 1, soft_top_k_temperature=cfg.soft_top_k_temperature)
+        fits = SparseFits.of_bundle(bundle)  # the config rules: a stray file is not read
         model = LightRetrieverModel.from_pretrained(bundle.doc_encoder_dir, settings, dtype=dtype,
-                                                    tokenizer=bundle.tokenizer,
-                                                    term_affine=cfg.sparse_term_affine)
-        if cfg.sparse_lowrank and model.sparse_lowrank is None:
-            raise IngestError(f"bundle {bundle.path}: its config names a sparse low-rank correction but "
-                              f"doc_encoder/{LOWRANK_FILE} is missing; rebuild the bundle")
-        if not cfg.sparse_lowrank:
-            model.sparse_lowrank = None  # the config rules: a stray file is not read
+                                                    tokenizer=bundle.tokenizer, term_affine=False)
+        model.use_sparse_fits(fits)
         return cls(model, bundle.tokenizer, DocSettings.of_bundle(cfg), batch_size=batch_size, device=device,
                    precision=precision)
 

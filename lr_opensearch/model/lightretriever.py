@@ -37,8 +37,9 @@ from lr_opensearch.model.loading import (
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
 from lr_opensearch.model.settings import RetrieverSettings
-from lr_opensearch.model.sparse_lowrank import LOWRANK_FILE, LowRankCorrection
-from lr_opensearch.model.term_affine import TERM_AFFINE_FILE, TermAffine
+from lr_opensearch.model.sparse_fits import LOWRANK_FILE, TERM_AFFINE_FILE, SparseFits
+from lr_opensearch.model.sparse_lowrank import LowRankCorrection
+from lr_opensearch.model.term_affine import TermAffine
 from lr_opensearch.options import POOLINGS, choice
 
 logger = logging.getLogger(__name__)
@@ -172,6 +173,15 @@ class LightRetrieverModel(nn.Module):
             raise ConfigError(f"a fitted sparse scale and bias applies to sparse_mode 'max', "
                               f"not {self.sparse_mode!r}")
         self.term_affine = None if head is None else head.to(self.device)
+
+    def use_sparse_fits(self, fits: SparseFits) -> None:
+        """Use a bundle's fitted sparse head (``sparse_fits.SparseFits.of_bundle``, the reader
+        ONNX Runtime's encoder uses too); a fit it lacks is removed."""
+        fits.check_sizes(self.vocab_size, self.hidden_size, "the doc encoder")
+        self.set_term_affine(None if fits.scale is None else TermAffine(
+            torch.from_numpy(fits.scale), torch.from_numpy(fits.bias)))
+        self.sparse_lowrank = None if fits.up is None else LowRankCorrection(
+            torch.from_numpy(fits.up), torch.from_numpy(fits.down)).to(self.device)
 
     @classmethod
     def from_config(cls, config: Any, settings: RetrieverSettings | None = None, *,

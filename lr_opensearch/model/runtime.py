@@ -8,7 +8,8 @@ hold, else torch (``DocEncoder``), as before:
 - ``--encode-precision fp32`` (mixed and bf16 are torch's autocast and conversions);
 - onnxruntime is installed;
 - the bundle's backbone is an encoder in the "max" sparse mode (a decoder LLM or a
-  Medusa mode runs on torch).
+  Medusa mode runs on torch); a fitted sparse head (a per-term scale and bias, a low-rank
+  correction: ``model.sparse_fits``) runs on either.
 
 ``onnx`` insists (an error names the condition that fails); ``torch`` is today's path on
 any device. Both give the same vectors (``tests/model/test_onnx_runtime.py``): an index does not
@@ -48,12 +49,8 @@ def require_torch(what: str) -> None:
         raise ConfigError(f"{what} needs torch, which is not installed: {TORCH_HINT}")
 
 
-def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: str,
-                  term_affine: bool = False) -> str | None:
+def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: str) -> str | None:
     """Why the backbone cannot run on ONNX Runtime here (a sentence), or None if it can."""
-    if term_affine:
-        return ("a fitted sparse head (a per-term scale and bias or a low-rank correction: "
-                "sparse_term_affine / sparse_lowrank; the graph has neither)")
     if device is not None and str(device) != "cpu":
         return f"--device {device} (ONNX Runtime runs on the CPU here)"
     if device is None and _gpu_present():
@@ -66,7 +63,7 @@ def onnx_obstacle(kind: str, sparse_mode: str, device: str | None, precision: st
 
 
 def choose_runtime(runtime: str, *, kind: str, sparse_mode: str, device: str | None,
-                   precision: str, term_affine: bool = False) -> str:
+                   precision: str) -> str:
     """"onnx" or "torch" for ``--runtime`` (see the module docstring).
 
     Raises:
@@ -74,7 +71,7 @@ def choose_runtime(runtime: str, *, kind: str, sparse_mode: str, device: str | N
             while it is not installed (each says what to do).
     """
     choice("--runtime", runtime, RUNTIMES)
-    obstacle = onnx_obstacle(kind, sparse_mode, device, precision, term_affine)
+    obstacle = onnx_obstacle(kind, sparse_mode, device, precision)
     if runtime == "onnx" and obstacle:
         raise ConfigError(f"--runtime onnx: not with {obstacle}; use --runtime torch")
     chosen = "onnx" if runtime == "onnx" or (runtime == "auto" and obstacle is None) else "torch"
@@ -92,8 +89,7 @@ def open_doc_encoder(bundle: Bundle, *, runtime: str = DEFAULT_RUNTIME, device: 
     ``encode`` / ``encode_dense``) on the runtime ``choose_runtime`` picks."""
     cfg = bundle.config
     chosen = choose_runtime(runtime, kind=cfg.kind, sparse_mode=cfg.sparse_mode,
-                            device=None if device is None else str(device), precision=precision,
-                            term_affine=cfg.sparse_term_affine or cfg.sparse_lowrank > 0)
+                            device=None if device is None else str(device), precision=precision)
     if chosen == "onnx":
         from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
 

@@ -8,7 +8,9 @@ correction can add a term to one document and not to another (a per-term scale a
 ``model.term_affine``, cannot). ``up = 0`` is the head as it was.
 
 Saved as ``doc_encoder/sparse_lowrank.safetensors``: tensors ``up`` and ``down`` (float32)
-and metadata ``format`` / ``format_version``, which loading checks.
+and metadata ``format`` / ``format_version``, which loading checks. The file, its reader and
+the arithmetic are ``model.sparse_fits``'s (torch-free: ONNX Runtime's numpy head folds the
+same correction into its projection at load).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import torch
 from torch import nn
 
 from lr_opensearch.errors import BundleError
-from lr_opensearch.model.term_affine import read_checked
-
-LOWRANK_FILE = "sparse_lowrank.safetensors"
-LOWRANK_FORMAT = "lr-sparse-lowrank"
-LOWRANK_VERSION = 1
+from lr_opensearch.model.sparse_fits import (
+    LOWRANK_FORMAT,
+    LOWRANK_VERSION,
+    check_lowrank,
+    corrected_projection,
+    read_lowrank,
+)
 
 
 class LowRankCorrection(nn.Module):
@@ -40,11 +44,7 @@ class LowRankCorrection(nn.Module):
     def __init__(self, up: torch.Tensor, down: torch.Tensor) -> None:
         super().__init__()
         up, down = torch.as_tensor(up).float(), torch.as_tensor(down).float()
-        if up.dim() != 2 or down.dim() != 2 or up.shape[1] != down.shape[1]:
-            raise BundleError(f"sparse low-rank correction: up {list(up.shape)} and down "
-                              f"{list(down.shape)} must be [V, r] and [H, r]")
-        if not (torch.isfinite(up).all() and torch.isfinite(down).all()):
-            raise BundleError("sparse low-rank correction: up and down must be finite")
+        check_lowrank(up.detach().cpu().numpy(), down.detach().cpu().numpy(), "sparse low-rank correction")
         self.register_buffer("up", up)
         self.register_buffer("down", down)
 
@@ -57,7 +57,7 @@ class LowRankCorrection(nn.Module):
         if weight.shape != (self.up.shape[0], self.down.shape[0]):
             raise BundleError(f"sparse low-rank correction of [{self.up.shape[0]}, {self.down.shape[0]}] "
                               f"applied to a projection of {list(weight.shape)}")
-        return weight + (self.up @ self.down.t()).to(weight.dtype)
+        return corrected_projection(weight.float(), self.up, self.down).to(weight.dtype)
 
     def save(self, path: str | Path) -> Path:
         """Write the safetensors file with its format name and version."""
@@ -74,9 +74,8 @@ class LowRankCorrection(nn.Module):
         Raises:
             BundleError: a foreign or newer file, or one of other sizes.
         """
-        tensors = read_checked(path, LOWRANK_FORMAT, LOWRANK_VERSION, ("up", "down"),
-                               "a sparse low-rank correction file")
-        head = cls(tensors["up"], tensors["down"])
+        up, down = read_lowrank(path)
+        head = cls(torch.from_numpy(up), torch.from_numpy(down))
         if head.up.shape[0] != vocab_size or head.down.shape[0] != hidden_size:
             raise BundleError(f"{path}: a correction of [{head.up.shape[0]}, {head.down.shape[0]}], but "
                               f"the sparse projection is [{vocab_size}, {hidden_size}]")

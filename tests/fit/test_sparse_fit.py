@@ -14,7 +14,7 @@ import torch
 from model_fixtures import one_thread, save_model_dir, tiny_bert, tiny_checkpoint_and_corpus  # noqa: F401
 from tiny_artifacts import SENTENCES
 
-from lr_opensearch.bundle import BundleConfig, load_bundle
+from lr_opensearch.bundle import Bundle, BundleConfig, load_bundle
 from lr_opensearch.errors import BundleError, ConfigError
 from lr_opensearch.fit.build import TableSettings, build_bundle
 from lr_opensearch.fit.pseudo import clean_text, make_pseudo_queries
@@ -24,7 +24,8 @@ from lr_opensearch.fit.tables import FitRecipe
 from lr_opensearch.model import DocEncoder, LightRetrieverModel
 from lr_opensearch.model.framing import tokenize_texts
 from lr_opensearch.model.settings import DocSettings
-from lr_opensearch.model.term_affine import TERM_AFFINE_FILE, TermAffine
+from lr_opensearch.model.sparse_fits import TERM_AFFINE_FILE
+from lr_opensearch.model.term_affine import TermAffine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,6 +170,20 @@ def test_a_bundle_with_the_fitted_head_round_trips_and_one_without_keeps_its_id(
     # without the flag the same files encode as before: the bundle names the head, not the file
     before = DocEncoder.from_bundle(plain, device="cpu").encode(SENTENCES[:4]).sparse
     assert before != got.sparse
+    assert_onnx_encodes_as(fitted, got.sparse, SENTENCES[:4])
+
+
+def assert_onnx_encodes_as(bundle: Bundle, want: list[dict[int, float]], texts: list[str]) -> None:
+    """``--runtime auto`` on a CPU puts a fitted bundle's document encoder on ONNX Runtime
+    (issue 48: the numpy head applies the fits), and it keeps torch's terms and weights."""
+    from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
+    from lr_opensearch.model.runtime import open_doc_encoder
+
+    encoder = open_doc_encoder(bundle, runtime="auto", device="cpu")
+    assert isinstance(encoder, OnnxDocEncoder)
+    for g, e in zip(encoder.encode(texts).sparse, want, strict=True):
+        assert g.keys() == e.keys()
+        np.testing.assert_allclose(list(g.values()), [e[k] for k in g], atol=1e-4)
 
 
 def test_a_bundle_that_names_the_head_without_its_file_is_refused(tmp_path: Path) -> None:
@@ -248,16 +263,6 @@ def test_the_packaged_minilm_fitted_with_the_sparse_head_through_lr_eval(
         np.testing.assert_allclose([src["lr_sparse"][k] for k in want], list(want.values()), rtol=1e-3)
     finally:
         client.indices.delete(index=index, ignore_unavailable=True)
-
-
-def test_a_fitted_head_keeps_the_document_encoder_on_torch() -> None:
-    """The ONNX graph has no scale and bias: ``auto`` picks torch, ``onnx`` is refused."""
-    from lr_opensearch.model.runtime import choose_runtime
-
-    kw = {"kind": "encoder", "sparse_mode": "max", "device": "cpu", "precision": "fp32", "term_affine": True}
-    assert choose_runtime("auto", **kw) == "torch"
-    with pytest.raises(ConfigError, match="fitted sparse head"):
-        choose_runtime("onnx", **kw)
 
 
 @pytest.mark.parametrize("recipe", [{"sparse": SparseFitConfig()}, {"sparse_lowrank": "lowrank"}])

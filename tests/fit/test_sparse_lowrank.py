@@ -1,28 +1,32 @@
 """The sparse projection's low-rank correction (issue 48, 1b): the head, its file, its fit
-on cached states, the bundle round trip and the runtime it keeps."""
+on cached states, the bundle round trip on either runtime."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 from model_fixtures import one_thread, tiny_bert, tiny_checkpoint_and_corpus  # noqa: F401
+from test_sparse_fit import assert_onnx_encodes_as
 from tiny_artifacts import SENTENCES
 
 from lr_opensearch.bundle import BundleConfig, load_bundle
-from lr_opensearch.errors import BundleError, ConfigError, IngestError
+from lr_opensearch.errors import BundleError, ConfigError
 from lr_opensearch.fit.build import TableSettings, build_bundle
 from lr_opensearch.fit.sparse import LowRankFitConfig, QuerySet
 from lr_opensearch.fit.sparse_lowrank import StateCache, _step_loss, fit_lowrank
 from lr_opensearch.fit.tables import FitRecipe
 from lr_opensearch.model import DocEncoder, LightRetrieverModel
 from lr_opensearch.model.framing import tokenize_texts
+from lr_opensearch.model.runtime import open_doc_encoder
 from lr_opensearch.model.settings import DocSettings
-from lr_opensearch.model.sparse_lowrank import LOWRANK_FILE, LowRankCorrection
+from lr_opensearch.model.sparse_fits import LOWRANK_FILE
+from lr_opensearch.model.sparse_lowrank import LowRankCorrection
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -146,7 +150,7 @@ def test_one_steps_loss_by_hand(pairs: str) -> None:
     assert float(loss) == pytest.approx(expected, rel=1e-4)
 
 
-def test_a_bundle_with_the_correction_round_trips_and_keeps_the_encoder_on_torch(tmp_path: Path) -> None:
+def test_a_bundle_with_the_correction_round_trips_on_either_runtime(tmp_path: Path) -> None:
     model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
     kw = {"tables": TableSettings(batch_size=64, max_length=64), "progress": False}
     plain = load_bundle(build_bundle(model_dir, tmp_path / "plain", **kw,
@@ -172,14 +176,11 @@ def test_a_bundle_with_the_correction_round_trips_and_keeps_the_encoder_on_torch
         assert g.keys() == e.keys()
         np.testing.assert_allclose(list(g.values()), [e[k] for k in g], rtol=1e-4)
     assert DocEncoder.from_bundle(plain, device="cpu").encode(SENTENCES[:4]).sparse != got.sparse
-    from lr_opensearch.model.runtime import open_doc_encoder
-
-    assert isinstance(open_doc_encoder(fitted, runtime="auto", device="cpu"), DocEncoder)
-    with pytest.raises(ConfigError, match="low-rank correction"):
-        open_doc_encoder(fitted, runtime="onnx", device="cpu")
+    assert_onnx_encodes_as(fitted, got.sparse, SENTENCES[:4])
     (fitted.doc_encoder_dir / LOWRANK_FILE).unlink()
-    with pytest.raises(IngestError, match=f"doc_encoder/{LOWRANK_FILE} is missing"):
-        DocEncoder.from_bundle(fitted, device="cpu")
+    for runtime in ("torch", "onnx"):
+        with pytest.raises(BundleError, match=f"doc_encoder/{LOWRANK_FILE} is missing; rebuild"):
+            open_doc_encoder(fitted, runtime=runtime, device="cpu")
 
 
 def test_the_config_field_is_left_out_when_off_and_refused_with_medusa() -> None:
@@ -211,3 +212,45 @@ def test_an_older_bundle_loads_unchanged_without_a_correction() -> None:
     expected = json.loads((old.parent / "bundle-v1-before-fit.expected.json").read_text())
     assert bundle.bundle_id == expected["bundle_id"] and bundle.config.sparse_lowrank == 0
     assert "sparse_lowrank" not in bundle.config.to_dict()
+
+
+@pytest.mark.node
+def test_a_bundle_with_both_fitted_heads_ingests_with_torch_blocked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, os_client: Any, opensearch_url: str,
+        index_name: str) -> None:
+    """Issue 48: ``lr ingest`` of a bundle built with ``--fit-sparse-lowrank`` and
+    ``--fit-sparse``, torch blocked (ONNX Runtime; the graph cached once): every stored
+    document holds the terms and weights torch's encoder gives it."""
+    from test_build_without_torch import lr_without_torch
+
+    from lr_opensearch.fit.sparse import SparseFitConfig
+    from lr_opensearch.indexing.documents import SparseKeys
+    from lr_opensearch.instructions import document_text
+    from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
+
+    model_dir, corpus = tiny_checkpoint_and_corpus(tmp_path)
+    monkeypatch.setenv("LR_CACHE_DIR", str(tmp_path / "cache"))
+    lowrank = LowRankFitConfig(rank=4, steps=5, batch=8, negatives=4, lr=0.05, flops_columns=16)
+    bundle = load_bundle(build_bundle(
+        model_dir, tmp_path / "fitted", tables=TableSettings(batch_size=64, max_length=64), progress=False,
+        fit=FitRecipe(corpora=(corpus,), max_queries=100, sparse=SparseFitConfig(epochs=1, batch=32),
+                      sparse_lowrank=lowrank)))
+    assert bundle.config.sparse_term_affine and bundle.config.sparse_lowrank == 4
+    OnnxDocEncoder.from_bundle(bundle)  # the graph: exported once, with torch, into the cache
+    try:
+        lr_without_torch(tmp_path, ["ingest", str(corpus), "--bundle", str(bundle.path), "--index",
+                                    index_name, "--url", opensearch_url, "--no-progress",
+                                    "--state-dir", str(tmp_path / "state")],
+                         {"LR_CACHE_DIR": str(tmp_path / "cache")})
+        os_client.indices.refresh(index=index_name)
+        hits = os_client.search(index=index_name, body={"size": 100, "query": {"match_all": {}}})["hits"]["hits"]
+    finally:
+        os_client.indices.delete(index=index_name, ignore_unavailable=True)
+    assert len(hits) == len(SENTENCES)
+    keys = SparseKeys(bundle.tokenizer)
+    texts = [document_text(h["_source"].get("title") or "", h["_source"]["text"]) for h in hits]
+    for hit, terms in zip(hits, DocEncoder.from_bundle(bundle, device="cpu").encode(texts).sparse, strict=True):
+        want = {keys.key(t): w for t, w in terms.items()}
+        assert hit["_source"]["lr_sparse"].keys() == want.keys()
+        np.testing.assert_allclose([hit["_source"]["lr_sparse"][k] for k in want], list(want.values()),
+                                   rtol=1e-3)
