@@ -17,6 +17,7 @@ file whose metadata names its format and version (``read_checked``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -95,20 +96,22 @@ def check_lowrank(up: np.ndarray, down: np.ndarray, where: str) -> None:
 
 def read_term_affine(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(scale [V], bias [V]) float32 of a term affine file, checked: finite, scale > 0."""
-    t = read_checked(path, TERM_AFFINE_FORMAT, TERM_AFFINE_VERSION, ("scale", "bias"),
-                     "a sparse term affine file")
-    scale, bias = (np.asarray(t[n], np.float32) for n in ("scale", "bias"))
-    check_term_affine(scale, bias, str(path))
-    return scale, bias
+    return _read_pair(path, TERM_AFFINE_FORMAT, TERM_AFFINE_VERSION, ("scale", "bias"),
+                      "a sparse term affine file", check_term_affine)
 
 
 def read_lowrank(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(up [V, r], down [H, r]) float32 of a low-rank correction file, checked: finite."""
-    t = read_checked(path, LOWRANK_FORMAT, LOWRANK_VERSION, ("up", "down"),
-                     "a sparse low-rank correction file")
-    up, down = (np.asarray(t[n], np.float32) for n in ("up", "down"))
-    check_lowrank(up, down, str(path))
-    return up, down
+    return _read_pair(path, LOWRANK_FORMAT, LOWRANK_VERSION, ("up", "down"),
+                      "a sparse low-rank correction file", check_lowrank)
+
+
+def _read_pair(path: str | Path, fmt: str, version: int, names: tuple[str, str], what: str,
+               check: Callable[[np.ndarray, np.ndarray, str], None]) -> tuple[np.ndarray, np.ndarray]:
+    tensors = read_checked(path, fmt, version, names, what)
+    first, second = (np.asarray(tensors[n], np.float32) for n in names)
+    check(first, second, str(path))
+    return first, second
 
 
 @dataclass(frozen=True)
