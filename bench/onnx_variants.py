@@ -36,6 +36,7 @@ def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | Non
     """The encoder of variant ``name`` (one of ``ONNX_VARIANTS``)."""
     from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
     from lr_opensearch.model.settings import DocSettings
+    from lr_opensearch.model.sparse_fits import SparseFits
 
     base = OnnxDocEncoder.from_bundle(bundle, batch_size=batch_size,
                                       screen=name == "onnx-screened")
@@ -58,9 +59,11 @@ def onnx_encoder(name: str, bundle: Any, batch_size: int, int8_graph: Path | Non
         logger.info("%s against %s: %s", int8_graph, base.graph.onnx_path, report)
         shutil.copy(int8_graph, work / "model.onnx")
     cfg = bundle.config
-    return OnnxDocEncoder(dataclasses.replace(base.graph, path=work, source=f"{name} {work}"),
-                          bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
-                          normalize=cfg.normalize, batch_size=batch_size)
+    encoder = OnnxDocEncoder(dataclasses.replace(base.graph, path=work, source=f"{name} {work}"),
+                             bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
+                             normalize=cfg.normalize, batch_size=batch_size)
+    encoder.use_sparse_fits(SparseFits.of_bundle(bundle))  # as ``from_bundle`` does
+    return encoder
 
 
 def check_int8_graph(int8_path: Path, fp32_path: Path) -> dict[str, Any]:

@@ -82,6 +82,14 @@ class BundleConfig:
     #: count in the dense pooling but not in the sparse max (``DocEncoder``). Left out of
     #: the manifest when empty, so bundles written before the field keep their ids.
     document_prompt: str = ""
+    #: the doc encoder's "max" sparse vector goes through a fitted per-term scale and bias
+    #: (``doc_encoder/sparse_term_affine.safetensors``, ``model.term_affine``; issue 48).
+    #: Left out of the manifest when False, so bundles written before the field keep their ids.
+    sparse_term_affine: bool = False
+    #: the rank of the fitted low-rank correction of the sparse projection
+    #: (``doc_encoder/sparse_lowrank.safetensors``, ``model.sparse_lowrank``; issue 48); 0: none.
+    #: Left out of the manifest when 0, so bundles written before the field keep their ids.
+    sparse_lowrank: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instructions", MappingProxyType(dict(self.instructions)))
@@ -92,6 +100,12 @@ class BundleConfig:
         _choice("query_norm", self.query_norm, QUERY_NORMS)
         _choice("key_encoding", self.key_encoding, (KEY_ENCODING,))
         _choice("sparse_mode", self.sparse_mode, SPARSE_MODES)
+        if self.sparse_term_affine and self.sparse_mode != "max":
+            raise BundleError(f"BundleConfig: sparse_term_affine applies to sparse_mode 'max', "
+                              f"not {self.sparse_mode!r}")
+        if self.sparse_lowrank < 0 or (self.sparse_lowrank and self.sparse_mode != "max"):
+            raise BundleError(f"BundleConfig: sparse_lowrank is a rank >= 0 and applies to sparse_mode "
+                              f"'max'; got {self.sparse_lowrank} with {self.sparse_mode!r}")
         if self.sparse_mode != "max" and (self.medusa_heads < 1 or not self.soft_top_k_temperature > 0):
             raise BundleError(f"BundleConfig: sparse_mode {self.sparse_mode!r} needs medusa_heads >= 1 "
                               f"and soft_top_k_temperature > 0, got {self.medusa_heads} and "
@@ -131,6 +145,10 @@ class BundleConfig:
                 del out[name]
         if not self.document_prompt:
             del out["document_prompt"]
+        if not self.sparse_term_affine:
+            del out["sparse_term_affine"]
+        if not self.sparse_lowrank:
+            del out["sparse_lowrank"]
         return out
 
     @classmethod

@@ -42,6 +42,9 @@ fitting the query table:
   --fit-distill 3 then teaches the table the full model's ranking of the corpus's
   documents (it encodes up to 6,000 of them: about +20 % build time); measured: SciFact
   train dense 0.632 -> 0.648, LR hybrid +0.005 on ADI/CISI/Cranfield (docs/RESULTS.md).
+  --fit-sparse N fits the sparse document side on the same pseudo-queries (a per-term
+  scale and bias on the sparse head; the query side does not change), --fit-sparse-lowrank R
+  a rank-R correction of the sparse projection: docs/results/sparse.md.
   Without --fit-corpus the bundle keeps the UNFITTED table and count weights (a warning
   says so); --no-fit does the same silently. The small sample corpus shipped with
   lr-opensearch is not used for a default fit: fitting on it would reshape only the rows
@@ -121,6 +124,16 @@ def register(subparsers: Any) -> None:
                      "full model's ranking of the sampled documents (it encodes them: about as "
                      "long as the pseudo-queries); 0 = off (default: the recipe's, see "
                      "`lr bundle info`)")
+    fit.add_argument("--fit-sparse", type=int, default=None, metavar="EPOCHS",
+                     help="epochs of the sparse document side's fit: a per-term scale and bias on "
+                     "the sparse head, fitted so that each pseudo-query's IDF query ranks its own "
+                     "document first (it encodes up to 6,000 documents); 0 = off (default: the "
+                     "recipe's, see `lr bundle info`)")
+    fit.add_argument("--fit-sparse-lowrank", type=int, default=None, metavar="RANK",
+                     help="rank of a low-rank correction of the sparse projection, fitted on cached "
+                     "document states so that each pseudo-query's IDF query ranks its own document "
+                     "first (it encodes up to 6,000 documents); 0 = off (default: the recipe's, see "
+                     "`lr bundle info`)")
     fit.add_argument("--no-fit", action="store_true",
                      help="keep the unfitted table and count query weights, without a warning")
     build.set_defaults(func=run_build)
@@ -149,17 +162,38 @@ def parse_instructions(items: list[str]) -> dict[str, str] | None:
     return out
 
 
-def distill_setting(epochs: int | None) -> Any:
-    """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
+def epochs_setting(flag: str, epochs: int | None, default: Any, make: Any, field: str = "epochs") -> Any:
+    """``--fit-distill`` / ``--fit-sparse`` / ``--fit-sparse-lowrank``: None = the recipe's
+    ``default``, 0 = off, N = N ``field`` (epochs; the rank) of it (``make()`` where the
+    default is off)."""
     import dataclasses
 
+    if epochs is None:
+        return default
+    if epochs < 0:
+        raise ConfigError(f"{flag} must be >= 0 {field} (0 = off), got {epochs}")
+    return dataclasses.replace(default or make(), **{field: epochs}) if epochs else None
+
+
+def distill_setting(epochs: int | None) -> Any:
+    """``--fit-distill``: None = the default recipe, 0 = off, N = N epochs of it."""
     from lr_opensearch.fit.distill import DEFAULT_DISTILL, DistillConfig
 
-    if epochs is None:
-        return DEFAULT_DISTILL
-    if epochs < 0:
-        raise ConfigError(f"--fit-distill must be >= 0 epochs (0 = off), got {epochs}")
-    return dataclasses.replace(DEFAULT_DISTILL or DistillConfig(), epochs=epochs) if epochs else None
+    return epochs_setting("--fit-distill", epochs, DEFAULT_DISTILL, DistillConfig)
+
+
+def sparse_setting(epochs: int | None) -> Any:
+    """``--fit-sparse``: None = the default recipe, 0 = off, N = N epochs of it."""
+    from lr_opensearch.fit.sparse import DEFAULT_SPARSE_FIT, SparseFitConfig
+
+    return epochs_setting("--fit-sparse", epochs, DEFAULT_SPARSE_FIT, SparseFitConfig)
+
+
+def lowrank_setting(rank: int | None) -> Any:
+    """``--fit-sparse-lowrank``: None = the default recipe, 0 = off, N = a correction of rank N."""
+    from lr_opensearch.fit.sparse import DEFAULT_SPARSE_LOWRANK, LowRankFitConfig
+
+    return epochs_setting("--fit-sparse-lowrank", rank, DEFAULT_SPARSE_LOWRANK, LowRankFitConfig, "rank")
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -192,6 +226,8 @@ def run_build(args: argparse.Namespace) -> int:
         fit=FitRecipe(corpora=tuple(args.fit_corpus or ()), queries=tuple(args.fit_queries or ()),
                       max_queries=args.fit_max_queries or MAX_QUERIES,
                       distill=distill_setting(args.fit_distill),
+                      sparse=sparse_setting(args.fit_sparse),
+                      sparse_lowrank=lowrank_setting(args.fit_sparse_lowrank),
                       encode_precision=args.encode_precision, runtime=args.runtime),
     )
     from lr_opensearch.bundle import load_bundle
@@ -254,6 +290,18 @@ def fit_lines(fit: Any, weights_kind: str) -> list[str]:
                          f"{d['candidates']} candidates of {d['documents']} documents, top-10 "
                          f"agreement with the full model {d['top10_agreement_before']:.3f} -> "
                          f"{d['top10_agreement_after']:.3f} ({d['seconds']:.0f} s)")
+    if sp := fit.get("sparse_doc"):
+        lines.append(f"sparse doc  per-term scale and bias: {sp['config']['epochs']} epochs on "
+                     f"{sp['queries']} queries x {sp['documents']} documents, held-back MRR "
+                     f"{sp['holdout_mrr_before']:.3f} -> {sp['holdout_mrr_after']:.3f}, terms per "
+                     f"document {sp['terms_per_doc_before']:.0f} -> {sp['terms_per_doc_after']:.0f} "
+                     f"(encode {sp['encode_seconds']:.0f} s, fit {sp['fit_seconds']:.0f} s)")
+    if lr := fit.get("sparse_lowrank"):
+        c = lr["config"]
+        lines.append(f"sparse doc  low-rank correction (rank {c['rank']}, {c['pairs']} pairs): {c['steps']} "
+                     f"steps on {lr['queries']} queries x {lr['documents']} documents, loss "
+                     f"{lr['loss_first']:.3f} -> {lr['loss_last']:.3f} (encode {lr['encode_seconds']:.0f} s, "
+                     f"fit {lr['fit_seconds']:.0f} s)")
     lines.append(f"sparse q.   {weights_kind} weights")
     return lines
 

@@ -203,6 +203,8 @@ def build_runtime(checkpoint: Checkpoint, device: str | None, recipe: FitRecipe)
     runtime = choice("--runtime", recipe.runtime, RUNTIMES)
     obstacle = onnx_obstacle(checkpoint.kind, checkpoint.sparse_mode, device,
                              recipe.encode_precision)
+    if obstacle is None and recipe.sparse_fits:
+        obstacle = f"{' / '.join(recipe.sparse_fits)} (the sparse document side's fits train on torch)"
     if obstacle is None and checkpoint.sparse_head is None:
         obstacle = (f"a {checkpoint.architecture} checkpoint (its sparse head is told by the "
                     "loaded model; --sparse-head tied runs on ONNX Runtime)")
@@ -306,6 +308,7 @@ def build_bundle_from_model(
     Returns:
         The bundle path.
     """
+    from lr_opensearch.fit.sparse_build import fit_doc_side
     from lr_opensearch.model.checkpoint import copy_checkpoint
 
     tables = tables or TableSettings()
@@ -322,8 +325,11 @@ def build_bundle_from_model(
             ids, vocab, batch_size=tables.batch_size, progress=progress).numpy(),
         fit=lambda rows, instructions, doc, recipe: fit_tables(
             model, tokenizer, rows, instructions, doc, recipe, progress=progress, source_dir=source),
-        save=model.save_pretrained if source is None else lambda out: copy_checkpoint(source, out),
-        fields=medusa_fields(model))
+        save=model.save_pretrained if source is None else lambda out: model.save_sparse_fits(
+            copy_checkpoint(source, out)),
+        fields=medusa_fields(model),
+        fit_sparse=lambda inputs, doc, recipe: fit_doc_side(
+            model, tokenizer, inputs, recipe, doc, progress=progress))
     return write_bundle(parts, tokenizer, out_dir, tables=tables, fit=fit, overwrite=overwrite,
                         **config_fields)
 
@@ -351,6 +357,13 @@ def write_bundle(parts: BackboneParts, tokenizer: Any, out_dir: str | Path, *,
         doc = DocSettings(max_length=max_length, document_prompt=config.document_prompt)
         result = parts.fit(rows, instructions, doc, fit)
         rows, weights, stats = result.tables, result.idf, result.stats.to_dict()
+        if fit.sparse_fits:
+            if parts.fit_sparse is None or result.inputs is None:  # build_runtime refused it
+                raise ConfigError(f"{', '.join(fit.sparse_fits)} runs on torch; use --runtime torch")
+            stats.update(parts.fit_sparse(result.inputs, doc, fit))
+            config = dataclasses.replace(
+                config, sparse_term_affine=fit.sparse is not None,
+                sparse_lowrank=0 if fit.sparse_lowrank is None else fit.sparse_lowrank.rank)
     with tempfile.TemporaryDirectory(prefix="lr-doc-encoder-") as tmp:
         doc_dir = Path(tmp) / "doc_encoder"
         parts.save(doc_dir)

@@ -46,12 +46,14 @@ def default_model() -> str:
 def recipe_key() -> str:
     """A short hash of the fit recipe and fusion defaults: a stored fitted bundle is reused
     only while they are unchanged (an upgrade that changes them builds a fresh one)."""
-    from lr_opensearch.fit import distill, pseudo, ridge
+    from lr_opensearch.fit import distill, pseudo, ridge, sparse
     from lr_opensearch.legs import default_weights
 
     facts = repr((pseudo.RECIPES, sorted(pseudo.RECIPE_WEIGHTS.items()), pseudo.PASSAGE_SHARE,
                   pseudo.PASSAGE_WORDS, pseudo.TARGET_QUERIES, pseudo.MAX_QUERIES,
                   pseudo.BASE_PER_DOC, pseudo.CAP_PER_DOC, ridge.LAMS, distill.DEFAULT_DISTILL,
+                  *(() if sparse.DEFAULT_SPARSE_FIT is None else (sparse.DEFAULT_SPARSE_FIT,)),
+                  *(() if sparse.DEFAULT_SPARSE_LOWRANK is None else (sparse.DEFAULT_SPARSE_LOWRANK,)),
                   sorted((leg, w) for leg, w in default_weights().items() if w > 0)))
     # (a leg of weight 0 is in no new bundle's weights: registering one keeps the stored ones)
     return hashlib.sha256(facts.encode()).hexdigest()[:8]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from lr_opensearch.fit.tables import FitRecipe, FitResult, fit_bundle_tables
+from lr_opensearch.fit.tables import FitInputs, FitRecipe, FitResult, fit_bundle_tables
 from lr_opensearch.model.checkpoint import Checkpoint
 from lr_opensearch.model.settings import DocSettings
 
@@ -28,6 +28,9 @@ class BackboneParts:
         fit: (unfitted tables, instructions, doc settings, recipe) -> ``FitResult``.
         save: writes the doc encoder's model files into a directory.
         fields: further ``BundleConfig`` fields (a Medusa sparse mode's).
+        fit_sparse: (the table fit's inputs, doc settings, recipe) -> the records of the
+            sparse document side's fits (``fit.sparse_build.fit_doc_side``), which it sets
+            on the model that ``save`` writes; None: this runtime cannot fit them (torch's).
     """
 
     facts: Checkpoint
@@ -35,6 +38,7 @@ class BackboneParts:
     fit: Callable[[Mapping[str, np.ndarray], Mapping[str, str], DocSettings, FitRecipe], FitResult]
     save: Callable[[Path], Any]
     fields: Mapping[str, Any] = field(default_factory=dict)
+    fit_sparse: Callable[[FitInputs, DocSettings, FitRecipe], dict[str, Any]] | None = None
 
 
 def fit_with(encoder: Any, tokenizer: Any, tables: Mapping[str, np.ndarray],

@@ -122,11 +122,14 @@ class PseudoQueries:
 
     Attributes:
         texts: the texts (deduplicated: case- and whitespace-insensitive).
-        recipe: [n] object array: "title" | "sentence" | "span" | "query".
+        recipe: [n] object array: "title" | "sentence" | "span" | "passage" | "query".
+        sources: [n] int64: the index of the document each text was cut from (its
+            positive in the sparse head's fit, ``fit.sparse``); -1 for a real query.
     """
 
     texts: list[str]
     recipe: np.ndarray
+    sources: np.ndarray
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -186,54 +189,57 @@ def make_pseudo_queries(
     seen: set[str] = set()
     texts: list[str] = []
     tags: list[str] = []
+    sources: list[int] = []
 
-    def add(text: str, tag: str) -> None:
+    def add(text: str, tag: str, source: int) -> None:
         key = text.lower()
         if text and key not in seen:
             seen.add(key)
             texts.append(text)
             tags.append(tag)
+            sources.append(source)
 
     lo_s, hi_s = sentence_words
     lo_w, hi_w = span_words
-    for raw_title, raw_body in docs:
+    for doc, (raw_title, raw_body) in enumerate(docs):
         title, body = clean_text(raw_title), clean_text(raw_body)
         if len(title.split()) >= 2:
-            add(title, "title")
+            add(title, "title", doc)
         sents = [s.split()[:hi_s] for s in _SENTENCE_END.split(body)] if body else []
         sents = [s for s in sents if len(s) >= lo_s]
         if sents and sentences_per_doc > 0:
             pick = rng.choice(len(sents), size=min(sentences_per_doc, len(sents)), replace=False)
             for j in sorted(pick.tolist()):
-                add(" ".join(sents[j]), "sentence")
+                add(" ".join(sents[j]), "sentence", doc)
         words = (body or title).split()
         if len(words) >= lo_w:
             for _ in range(spans_per_doc):
                 n = int(rng.integers(lo_w, min(hi_w, len(words)) + 1))
                 start = int(rng.integers(0, len(words) - n + 1))
-                add(" ".join(words[start : start + n]), "span")
+                add(" ".join(words[start : start + n]), "span", doc)
     _add_passages(docs, round(passage_share * len(texts)), passage_words, rng, add)
-    return PseudoQueries(texts, np.asarray(tags, dtype=object))
+    return PseudoQueries(texts, np.asarray(tags, dtype=object), np.asarray(sources, np.int64))
 
 
 def _add_passages(docs: Sequence[tuple[str, str]], count: int, length: tuple[int, int],
                   rng: np.random.Generator, add: Any) -> None:
     lo, hi = length
-    words = [w for w in ((clean_text(f"{t} {x}")).split() for t, x in docs) if len(w) >= lo]
+    words = [(d, w) for d, w in enumerate(clean_text(f"{t} {x}").split() for t, x in docs)
+             if len(w) >= lo]
     if not words or count <= 0:
         return
     order = rng.permutation(len(words))
     for k in range(count):
-        w = words[int(order[k % len(order)])]
+        doc, w = words[int(order[k % len(order)])]
         n = int(rng.integers(lo, min(hi, len(w)) + 1))
         start = int(rng.integers(0, len(w) - n + 1))
-        add(" ".join(w[start : start + n]), "passage")
+        add(" ".join(w[start : start + n]), "passage", doc)
 
 
 def with_queries(pq: PseudoQueries, paths: Sequence[Path], max_queries: int,
-                 seed: int) -> tuple[list[str], np.ndarray]:
-    """(texts, recipe): real queries first (deduplicated), then pseudo-queries, sampled
-    down to ``max_queries``."""
+                 seed: int) -> PseudoQueries:
+    """Real queries first (deduplicated; source -1), then pseudo-queries, sampled down to
+    ``max_queries``."""
     real: list[str] = []
     seen: set[str] = set()
     for path in paths:
@@ -250,4 +256,5 @@ def with_queries(pq: PseudoQueries, paths: Sequence[Path], max_queries: int,
         pseudo = [pseudo[i] for i in np.sort(pick)]
     texts = real + [pq.texts[i] for i in pseudo]
     recipe = np.asarray(["query"] * len(real) + [pq.recipe[i] for i in pseudo], dtype=object)
-    return texts, recipe
+    sources = np.concatenate([np.full(len(real), -1, np.int64), pq.sources[pseudo]])
+    return PseudoQueries(texts, recipe, sources.astype(np.int64))

@@ -62,6 +62,12 @@ from lr_opensearch.fit.pseudo import (
     with_queries,
 )
 from lr_opensearch.fit.ridge import RidgeSolve, TableFit, fit_table, token_bags
+from lr_opensearch.fit.sparse import (
+    DEFAULT_SPARSE_FIT,
+    DEFAULT_SPARSE_LOWRANK,
+    LowRankFitConfig,
+    SparseFitConfig,
+)
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION, DEFAULT_RUNTIME
 from lr_opensearch.query.tokens import DEFAULT_MAX_TOKENS, QueryTokenizer
 
@@ -121,6 +127,10 @@ class FitRecipe:
         encode_precision: how the full model's vectors of the fit are computed
             (``options.ENCODE_PRECISIONS``; the saved weights never change).
         runtime: where they are computed (``options.RUNTIMES``, ``model.runtime``).
+        sparse: the document side's per-term scale and bias fitted on the same
+            pseudo-queries (``fit.sparse``); None: the sparse head as it is.
+        sparse_lowrank: a low-rank correction of the sparse projection fitted on the same
+            pseudo-queries (``fit.sparse_lowrank``); None: the projection as it is.
 
     >>> FitRecipe(corpora=("corpus.jsonl.gz",)).enabled
     True
@@ -132,19 +142,34 @@ class FitRecipe:
     distill: DistillConfig | None = DEFAULT_DISTILL
     encode_precision: str = DEFAULT_ENCODE_PRECISION
     runtime: str = DEFAULT_RUNTIME
+    sparse: SparseFitConfig | None = DEFAULT_SPARSE_FIT
+    sparse_lowrank: LowRankFitConfig | None = DEFAULT_SPARSE_LOWRANK
 
     @property
     def enabled(self) -> bool:
         return bool(self.corpora)
 
+    @property
+    def sparse_fits(self) -> tuple[str, ...]:
+        """The options of the sparse document side's fits this recipe asks for (they train
+        on torch: ``fit.sparse_build``); none without corpora.
+
+        >>> FitRecipe(corpora=("c.jsonl",), sparse=SparseFitConfig()).sparse_fits
+        ('--fit-sparse',)
+        """
+        asked = (("--fit-sparse-lowrank", self.sparse_lowrank), ("--fit-sparse", self.sparse))
+        return tuple(flag for flag, setting in asked if setting is not None and self.enabled)
+
 
 @dataclass(frozen=True)
 class FitResult:
-    """Fitted tables (name -> [V, H] float32), IDF weights [V] float32 and the stats."""
+    """Fitted tables (name -> [V, H] float32), IDF weights [V] float32, the stats and the
+    inputs they were fitted on (the sparse fit reuses them)."""
 
     tables: dict[str, np.ndarray]
     idf: np.ndarray
     stats: FitStats
+    inputs: FitInputs | None = None
 
 
 def query_tokenizer(tokenizer: Any, max_tokens: int = DEFAULT_MAX_TOKENS) -> QueryTokenizer:
@@ -216,6 +241,8 @@ class FitInputs:
         docs: the sampled documents (title, text) the pseudo-queries come from.
         idf: [V] the IDF sparse query weights of the corpora.
         stats: the fit's stats so far (no tables yet).
+        sources: [n] the index in ``docs`` each pseudo-query was cut from; -1 for a real
+            query (``PseudoQueries.sources``).
     """
 
     texts: list[str]
@@ -224,6 +251,7 @@ class FitInputs:
     docs: list[tuple[str, str]]
     idf: np.ndarray
     stats: FitStats
+    sources: np.ndarray
 
 
 def prepare_fit(tokenizer: Any, corpora: Sequence[str | Path], *,
@@ -236,13 +264,15 @@ def prepare_fit(tokenizer: Any, corpora: Sequence[str | Path], *,
     docs, df, n_docs = _read_corpora(paths, tokenizer, max(1, max_queries // 6), seed)
     sentences, spans = plan_counts(len(docs))
     pq = make_pseudo_queries(docs, sentences_per_doc=sentences, spans_per_doc=spans, seed=seed)
-    texts, recipe = with_queries(pq, qpaths, max_queries, seed)
+    chosen = with_queries(pq, qpaths, max_queries, seed)
+    texts, recipe, sources = chosen.texts, chosen.recipe, chosen.sources
     flat, lengths = query_tokenizer(tokenizer)(texts)
     keep = lengths > 0
     if not keep.all():  # e.g. a text of special tokens only: the query side refuses it too
         starts = np.cumsum(lengths) - lengths
         flat = np.concatenate([flat[s : s + n] for s, n in zip(starts[keep], lengths[keep], strict=True)])
-        texts, recipe, lengths = [t for t, k in zip(texts, keep, strict=True) if k], recipe[keep], lengths[keep]
+        texts = [t for t, k in zip(texts, keep, strict=True) if k]
+        recipe, sources, lengths = recipe[keep], sources[keep], lengths[keep]
     if len(texts) < 10:
         raise ConfigError(f"the fit corpora {[str(p) for p in paths]} give only {len(texts)} "
                           "queries; the fit needs at least 10 (give a larger corpus)")
@@ -252,11 +282,11 @@ def prepare_fit(tokenizer: Any, corpora: Sequence[str | Path], *,
         corpora=[file_facts(p) for p in paths],
         query_files=[file_facts(p) for p in qpaths], documents=n_docs,
         documents_sampled=len(docs), sentences_per_doc=sentences, spans_per_doc=spans,
-        queries=PseudoQueries(texts, recipe).counts(), max_queries=max_queries, seed=seed)
+        queries=PseudoQueries(texts, recipe, sources).counts(), max_queries=max_queries, seed=seed)
     logger.info("fit: %d documents (%d sampled), %d queries %s", n_docs, len(docs), len(texts),
                 stats.queries)
     return FitInputs(texts, token_bags(flat, lengths, vocab), weights, docs,
-                     idf_weights(df, n_docs), stats)
+                     idf_weights(df, n_docs), stats, sources)
 
 
 def fit_bundle_tables(
@@ -314,4 +344,4 @@ def fit_bundle_tables(
         logger.info("fit table %r: lam %g, held-back cosine %.4f (unfitted %.4f), %d rows fitted",
                     name, fit.lam, fit.holdout_cosine, fit.holdout_cosine_e0, fit.rows_fitted)
     stats.seconds = time.perf_counter() - start
-    return FitResult(fitted, inputs.idf, stats)
+    return FitResult(fitted, inputs.idf, stats, inputs)

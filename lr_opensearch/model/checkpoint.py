@@ -20,6 +20,7 @@ from typing import Any
 
 from lr_opensearch.errors import ConfigError
 from lr_opensearch.model.settings import RetrieverSettings
+from lr_opensearch.model.sparse_fits import SPARSE_FIT_FILES
 from lr_opensearch.options import SPARSE_HEADS, choice
 
 #: a sharded checkpoint's index of its safetensors files (``copy_checkpoint`` copies it)
@@ -203,12 +204,19 @@ def read_checkpoint(model_dir: Path, settings: RetrieverSettings | None = None) 
         max_positions=None if max_positions is None else int(max_positions))
 
 
+def weight_files(model_dir: Path) -> list[Path]:
+    """The backbone's safetensors files in ``model_dir``, sorted: not the fitted sparse head's
+    files a bundle's doc encoder keeps beside them (``sparse_fits.SPARSE_FIT_FILES``), which
+    neither the ONNX graph (its key, a jar's match) nor a copied checkpoint depends on."""
+    return sorted(p for p in model_dir.glob("*.safetensors") if p.name not in SPARSE_FIT_FILES)
+
+
 def copy_checkpoint(model_dir: Path, out: Path) -> Path:
     """Copy the checkpoint's model files (config.json, the safetensors weights and their
     index) into ``out``, byte for byte: a bundle built from a checkpoint serves its weights
     as they are, whichever runtime built the tables."""
     out.mkdir(parents=True, exist_ok=True)
-    names = ["config.json", *sorted(p.name for p in model_dir.glob("*.safetensors"))]
+    names = ["config.json", *(p.name for p in weight_files(model_dir))]
     if (model_dir / INDEX_FILE).is_file():
         names.append(INDEX_FILE)
     for name in names:

@@ -29,6 +29,7 @@ from lr_opensearch.model.precision import (
     sparse_exact_top,
 )
 from lr_opensearch.model.settings import DocSettings, RetrieverSettings
+from lr_opensearch.model.sparse_fits import SparseFits
 from lr_opensearch.options import DEFAULT_ENCODE_PRECISION
 
 if TYPE_CHECKING:
@@ -94,8 +95,10 @@ class DocEncoder:
             kind=cfg.kind, pooling=cfg.pooling, normalize=cfg.normalize,
             sparse_head=cfg.sparse_head, sparse_mode=cfg.sparse_mode,
             medusa_heads=cfg.medusa_heads or 1, soft_top_k_temperature=cfg.soft_top_k_temperature)
+        fits = SparseFits.of_bundle(bundle)  # the config rules: a stray file is not read
         model = LightRetrieverModel.from_pretrained(bundle.doc_encoder_dir, settings, dtype=dtype,
-                                                    tokenizer=bundle.tokenizer)
+                                                    tokenizer=bundle.tokenizer, term_affine=False)
+        model.use_sparse_fits(fits)
         return cls(model, bundle.tokenizer, DocSettings.of_bundle(cfg), batch_size=batch_size, device=device,
                    precision=precision)
 
@@ -108,6 +111,43 @@ class DocEncoder:
         prompt: the fit's targets, ``full-dense``), or with ``documents`` of documents
         (``encode(texts).dense``: the document prompt added)."""
         return self._run(texts, sparse=False, documents=documents).dense
+
+    def encode_maxima(self, texts: Sequence[str]) -> np.ndarray:
+        """[N, V] float16: documents' pre-activation sparse maxima before any fitted scale
+        and bias (``LightRetrieverModel.document_maxima``; the input of ``fit.sparse``),
+        framed and batched as ``encode`` frames them. A document without a content token (``-inf``
+        maxima) is stored as -1e4 (no term: float16 has no room for less)."""
+        ids, _ = tokenize_texts(self.tokenizer, texts, self._doc_framing, self.max_length)
+        out: np.ndarray | None = None
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded([ids[i] for i in chunk])
+            with torch.inference_mode():
+                maxima = self.model.document_maxima(input_ids.to(self.device), mask.to(self.device),
+                                                    prompt_tokens=self._prompt_tokens)
+            values = maxima[:, : self.vocab_limit].float().cpu().numpy()
+            if out is None:
+                out = np.empty((len(ids), values.shape[1]), np.float16)
+            out[chunk] = np.nan_to_num(values, neginf=-1e4).astype(np.float16)
+        assert out is not None
+        return out
+
+    def encode_states(self, texts: Sequence[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per document, float16 [T_d, H] the sparse projection's inputs at the positions its
+        max reads, and int32 [T_d] their token ids (``LightRetrieverModel.document_states``;
+        what ``fit.sparse_lowrank`` fits on), framed and batched as ``encode`` frames them."""
+        ids, _ = tokenize_texts(self.tokenizer, texts, self._doc_framing, self.max_length)
+        states: list[np.ndarray] = [np.empty(0)] * len(ids)
+        tokens: list[np.ndarray] = [np.empty(0)] * len(ids)
+        for chunk in length_batches(ids, self.batch_size):
+            input_ids, mask = padded([ids[i] for i in chunk])
+            with torch.inference_mode():
+                hidden, content = self.model.document_states(input_ids.to(self.device), mask.to(self.device),
+                                                             prompt_tokens=self._prompt_tokens)
+            h, keep = hidden.float().cpu().numpy(), content.cpu().numpy()
+            for row, i in enumerate(chunk):
+                states[i] = h[row][keep[row]].astype(np.float16)
+                tokens[i] = input_ids[row].numpy()[keep[row]].astype(np.int32)
+        return states, tokens
 
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
         framing = self._doc_framing if documents else self.model.framing

@@ -37,6 +37,9 @@ from lr_opensearch.model.loading import (
 from lr_opensearch.model.medusa import MEDUSA_FILE, MedusaHeads, aggregate
 from lr_opensearch.model.packing import pack_blocks
 from lr_opensearch.model.settings import RetrieverSettings
+from lr_opensearch.model.sparse_fits import LOWRANK_FILE, TERM_AFFINE_FILE, SparseFits
+from lr_opensearch.model.sparse_lowrank import LowRankCorrection
+from lr_opensearch.model.term_affine import TermAffine
 from lr_opensearch.options import POOLINGS, choice
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,11 @@ class LightRetrieverModel(nn.Module):
         #: None: the body's own dtype. ``precision.prepare`` sets it on a copy ("mixed").
         self.body_autocast: torch.dtype | None = None
         self.medusa: MedusaHeads | None = None
+        #: the fitted per-term scale and bias of the "max" sparse vector (``term_affine``);
+        #: None: the head as it is
+        self.term_affine: TermAffine | None = None
+        #: the fitted low-rank correction of the sparse projection (``sparse_lowrank``)
+        self.sparse_lowrank: LowRankCorrection | None = None
         if self.sparse_mode != "max":
             if not framing.suffix:
                 raise ConfigError(f"sparse_mode {self.sparse_mode!r} reads p_eos at the framing's end "
@@ -118,13 +126,15 @@ class LightRetrieverModel(nn.Module):
     def from_pretrained(cls, model_dir: str | Path,
                         settings: RetrieverSettings | None = None, *,
                         dtype: torch.dtype = torch.float32, name: str | None = None,
-                        tokenizer: Any = None) -> LightRetrieverModel:
+                        tokenizer: Any = None, term_affine: bool | None = None) -> LightRetrieverModel:
         """Load from a local HF directory (config.json, *.safetensors, tokenizer.json).
 
         ``tokenizer`` (a ``tokenizers.Tokenizer``) overrides the directory's tokenizer.json.
         In a Medusa sparse mode the heads are read from ``medusa.safetensors`` in the
         directory when it has one (a bundle's doc encoder), else start from the projection
-        (training).
+        (training). ``term_affine``: read the fitted sparse scale and bias
+        (``sparse_term_affine.safetensors``, ``model.term_affine``): True requires the file,
+        False ignores it, None reads it if the directory has one.
 
         ``settings.kind`` None is detected from config.json; ``pooling`` None takes the
         directory's sentence-transformers setting, else "last" for decoders and "cls" for
@@ -146,7 +156,32 @@ class LightRetrieverModel(nn.Module):
                            name=str(name))
         if model.medusa is not None and (model_dir / MEDUSA_FILE).is_file():
             model.medusa.load(model_dir / MEDUSA_FILE)
+        affine_file = model_dir / TERM_AFFINE_FILE
+        if term_affine or (term_affine is None and affine_file.is_file()):
+            if not affine_file.is_file():
+                raise ConfigError(f"{model_dir}: no {TERM_AFFINE_FILE} (the fitted sparse scale and "
+                                  "bias the bundle names); rebuild the bundle")
+            model.set_term_affine(TermAffine.load(affine_file, model.vocab_size))
+        if (model_dir / LOWRANK_FILE).is_file():  # a bundle's config names it (DocEncoder checks)
+            model.sparse_lowrank = LowRankCorrection.load(model_dir / LOWRANK_FILE, model.vocab_size,
+                                                          model.hidden_size)
         return model
+
+    def set_term_affine(self, head: TermAffine | None) -> None:
+        """Use ``head`` on the "max" sparse vector (None: the head as it is)."""
+        if head is not None and self.medusa is not None:
+            raise ConfigError(f"a fitted sparse scale and bias applies to sparse_mode 'max', "
+                              f"not {self.sparse_mode!r}")
+        self.term_affine = None if head is None else head.to(self.device)
+
+    def use_sparse_fits(self, fits: SparseFits) -> None:
+        """Use a bundle's fitted sparse head (``sparse_fits.SparseFits.of_bundle``, the reader
+        ONNX Runtime's encoder uses too); a fit it lacks is removed."""
+        fits.check_sizes(self.vocab_size, self.hidden_size, "the doc encoder")
+        self.set_term_affine(None if fits.scale is None else TermAffine(
+            torch.from_numpy(fits.scale), torch.from_numpy(fits.bias)))
+        self.sparse_lowrank = None if fits.up is None else LowRankCorrection(
+            torch.from_numpy(fits.up), torch.from_numpy(fits.down)).to(self.device)
 
     @classmethod
     def from_config(cls, config: Any, settings: RetrieverSettings | None = None, *,
@@ -240,16 +275,43 @@ class LightRetrieverModel(nn.Module):
             ``sparse_mode``'s (Medusa modes add the self-distillation logits).
         """
         hidden, mask, dense = self._dense_forward(input_ids, attention_mask)
-        weight, bias = self.head.projection(self.hf)
+        weight, bias = self.sparse_projection()
         if self.medusa is not None:
             out = aggregate(self.medusa, self.head.transform(self.hf, hidden), mask,
                             self.content_mask(mask, prompt_tokens), (weight, bias), self.framing.suffix[-1],
                             self.sparse_mode)
             return DocOutput(dense=dense, sparse=out.sparse, head_logits=out.head_logits,
                              base_logits=out.base_logits)
+        if self.term_affine is not None:
+            exact_top = None  # the screen proves the top of the raw maxima, not of a*z + c
         maxima = projection_max(self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens),
                                 weight, bias, exact_top=exact_top)
+        if self.term_affine is not None:
+            maxima = self.term_affine(maxima)
         return DocOutput(dense=dense, sparse=sparse_activation(maxima))
+
+    def document_maxima(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                        prompt_tokens: int = 0) -> torch.Tensor:
+        """[B, V] the "max" mode's pre-activation maxima of documents, before any
+        ``term_affine`` (what ``fit.sparse`` fits it on); arguments as ``encode_documents``."""
+        states, content = self.document_states(input_ids, attention_mask, prompt_tokens=prompt_tokens)
+        weight, bias = self.sparse_projection()
+        return projection_max(states, content, weight, bias)
+
+    def document_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                        prompt_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, T, H] the sparse projection's input, [B, T] bool the positions its max reads):
+        what ``fit.sparse_lowrank`` caches; arguments as ``encode_documents``."""
+        hidden, mask, _ = self._dense_forward(input_ids, attention_mask)
+        return self.head.transform(self.hf, hidden), self.content_mask(mask, prompt_tokens)
+
+    def sparse_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight [V, H], bias [V] or None) of the sparse head, with the fitted low-rank
+        correction when there is one."""
+        weight, bias = self.head.projection(self.hf)
+        if self.sparse_lowrank is not None:
+            weight = self.sparse_lowrank.corrected(weight)
+        return weight, bias
 
     def content_mask(self, mask: torch.Tensor, prompt_tokens: int = 0) -> torch.Tensor:
         """[B, T] bool: the real tokens minus the framing's special positions (the first
@@ -378,6 +440,15 @@ class LightRetrieverModel(nn.Module):
         hf.save_pretrained(out)
         if self.medusa is not None:
             self.medusa.save(out / MEDUSA_FILE)
+        return self.save_sparse_fits(out)
+
+    def save_sparse_fits(self, out: Path) -> Path:
+        """Write the fitted sparse head's files (``term_affine``, ``sparse_lowrank``) into
+        the doc encoder directory ``out`` (beside a checkpoint's copied files)."""
+        if self.term_affine is not None:
+            self.term_affine.save(out / TERM_AFFINE_FILE)
+        if self.sparse_lowrank is not None:
+            self.sparse_lowrank.save(out / LOWRANK_FILE)
         return out
 
 

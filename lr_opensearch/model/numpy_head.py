@@ -9,7 +9,9 @@ The same arithmetic as the torch path (``LightRetrieverModel.encode_documents`` 
 - sparse ("max" mode): ``log1p(relu(max_t (h_t . P_v + b_v)))`` over the content
   positions (real tokens minus the framing's special positions and the document prompt:
   ``LightRetrieverModel.content_mask``); the bias is added after the max, as the torch
-  path does without gradients (``fused.projection_max``);
+  path does without gradients (``fused.projection_max``); a bundle's fitted sparse head
+  (``sparse_fits``): P with its low-rank correction folded in (by the caller, once), and the
+  per-term scale and bias on the maxima before ReLU (``term_scale``, ``term_bias``);
 - kept terms: special and padded-vocabulary ids dropped, the top_k largest, finite weights
   above min_weight (``DocEncoder.select_terms``).
 
@@ -21,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from lr_opensearch.model.sparse_fits import affine_maxima
 
 #: logits of one document computed at once at most ([positions, vocabulary chunk]): 32 MiB
 _BLOCK_ELEMENTS = 2**23
@@ -41,6 +45,8 @@ class NumpyHead:
         vocab_limit: ids at or above it (a padded model vocabulary) are never kept.
         top_k: sparse terms kept per document.
         min_weight: kept weights are strictly above it (and above 0).
+        term_scale, term_bias: [V] float32 the fitted per-term affine of the maxima
+            (``sparse_fits.affine_maxima``); None: the head as it is.
     """
 
     weight: np.ndarray
@@ -53,6 +59,8 @@ class NumpyHead:
     vocab_limit: int
     top_k: int
     min_weight: float = 0.0
+    term_scale: np.ndarray | None = None
+    term_bias: np.ndarray | None = None
 
     def dense(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Served dense vectors [B, served_dim] of hidden [B, T, H] and mask [B, T]."""
@@ -96,8 +104,15 @@ class NumpyHead:
                 out[b, start:start + chunk] = block.max(axis=0)
         if self.bias is not None:
             out += self.bias
+        return self.activate(out)
+
+    def activate(self, maxima: np.ndarray) -> np.ndarray:
+        """[B, V] maxima (the projection's bias added) -> ``log1p(relu(.))`` of them, through
+        the fitted per-term scale and bias first when there is one."""
+        if self.term_scale is not None:
+            maxima = affine_maxima(maxima, self.term_scale, self.term_bias)
         with np.errstate(invalid="ignore"):
-            return np.log1p(np.maximum(out, 0.0))
+            return np.log1p(np.maximum(maxima, 0.0))
 
     def select_terms(self, sparse: np.ndarray) -> list[dict[int, float]]:
         """Per document {token id: weight}: ``DocEncoder.select_terms`` for the "max" mode."""

@@ -4,7 +4,9 @@ Documents are tokenized and framed exactly as on torch (``framing.tokenize_texts
 batched by length (``batching.length_batches``), right-padded; the backbone's graph
 (``onnx_graph``: a packaged jar's, else a one-time export) gives the last hidden states,
 and the rest of THE document forward (pooling, the sparse head's projection, ReLU, log1p,
-max, top-k) is ``numpy_head``'s, the same arithmetic as torch's. Encoders in the "max"
+max, top-k) is ``numpy_head``'s, the same arithmetic as torch's, with the bundle's fitted
+sparse head when it has one (``sparse_fits``: the low-rank correction folded into the
+projection once, here; the per-term scale and bias after the max). Encoders in the "max"
 sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
 (``runtime.open_doc_encoder`` chooses).
 """
@@ -12,7 +14,6 @@ sparse mode only: a decoder (LLM) backbone or a Medusa mode runs on torch
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from lr_opensearch.model.numpy_head import NumpyHead
 from lr_opensearch.model.onnx_graph import Graph, graph_of_bundle
 from lr_opensearch.model.onnx_session import graph_inputs, onnx_session
 from lr_opensearch.model.settings import DocSettings
+from lr_opensearch.model.sparse_fits import SparseFits
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -71,21 +73,28 @@ class OnnxDocEncoder:
             vocab_limit=int(tokenizer.get_vocab_size(with_added_tokens=True)), top_k=doc.top_k,
             min_weight=max(float(doc.min_weight), 0.0))
         self._check_hidden(hidden)
-        self._sparse = self.head.sparse
-        if screen:
-            from lr_opensearch.model.screened_head import screened_sparse
-
-            self._sparse = functools.partial(screened_sparse, self.head)
+        self.screen = screen
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, batch_size: int = 32, threads: int | None = None,
                     screen: bool = False) -> OnnxDocEncoder:
-        """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked)."""
+        """The bundle's doc encoder on ONNX Runtime (its graph found or made once, checked),
+        with its fitted sparse head when it has one."""
         cfg = bundle.config
+        fits = SparseFits.of_bundle(bundle)
         graph = graph_of_bundle(bundle)
         logger.info("doc encoder on ONNX Runtime: %s (%s)", graph.path, graph.source)
-        return cls(graph, bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
-                   normalize=cfg.normalize, batch_size=batch_size, threads=threads, screen=screen)
+        encoder = cls(graph, bundle.tokenizer, DocSettings.of_bundle(cfg), pooling=cfg.pooling,
+                      normalize=cfg.normalize, batch_size=batch_size, threads=threads, screen=screen)
+        encoder.use_sparse_fits(fits)
+        return encoder
+
+    def use_sparse_fits(self, fits: SparseFits) -> None:
+        """Use a bundle's fitted sparse head (``sparse_fits.SparseFits.of_bundle``): its
+        low-rank correction folded into the graph's projection once, here, and its per-term
+        scale and bias after the max (``NumpyHead.activate``); a fit it lacks is removed."""
+        self.head = dataclasses.replace(self.head, weight=fits.projection(self.graph.weight),
+                                        term_scale=fits.scale, term_bias=fits.bias)
 
     def _check_hidden(self, hidden: int) -> None:
         """Run the graph once on two tokens: its output must be [1, 2, hidden] (refused
@@ -133,6 +142,13 @@ class OnnxDocEncoder:
                 bar.update(stop - start)
         return table
 
+    def _sparse(self, hidden: np.ndarray, mask: np.ndarray, prefix: int) -> np.ndarray:
+        if self.screen:
+            from lr_opensearch.model.screened_head import screened_sparse
+
+            return screened_sparse(self.head, hidden, mask, prefix)
+        return self.head.sparse(hidden, mask, prefix)
+
     def _run(self, texts: Sequence[str], *, sparse: bool, documents: bool) -> DocBatch:
         framing = self._doc_framing if documents else self.framing
         ids, truncated = tokenize_texts(self.tokenizer, texts, framing, self.max_length)
@@ -149,7 +165,7 @@ class OnnxDocEncoder:
             dense[chunk] = self.head.dense(outputs[0], mask)
             if sparse:
                 hidden = outputs[1] if self.graph.head_hidden else outputs[0]
-                weights = self._sparse(hidden, mask, prefix=prefix)
+                weights = self._sparse(hidden, mask, prefix)
                 for i, doc_terms in zip(chunk, self.head.select_terms(weights), strict=True):
                     terms[i] = doc_terms
         return DocBatch(dense=dense, sparse=terms, truncated=truncated)

@@ -39,6 +39,7 @@ import numpy as np
 
 from lr_opensearch.cache import cache_dir
 from lr_opensearch.errors import ConfigError
+from lr_opensearch.model.checkpoint import weight_files
 
 if TYPE_CHECKING:
     from lr_opensearch.bundle import Bundle
@@ -97,7 +98,7 @@ def graph_key(model_dir: Path, sparse_head: str) -> str:
     """Names an encoder's graph: its config.json and weights' sha256, and its sparse head."""
     from lr_opensearch.node.lock import sha256_file as file_sha256
 
-    files = [model_dir / "config.json", *sorted(model_dir.glob("*.safetensors"))]
+    files = [model_dir / "config.json", *weight_files(model_dir)]
     if not files[0].is_file() or len(files) < 2:
         raise ConfigError(f"{model_dir}: no config.json and *.safetensors; not an encoder directory")
     facts = [GRAPH_FORMAT_VERSION, sparse_head, *[(f.name, file_sha256(f)) for f in files]]
@@ -286,7 +287,7 @@ def _from_jar(model_dir: Path, sparse_head: str, out: Path, key: str) -> bool:
         onnx_state_dict,
     )
 
-    files = sorted(model_dir.glob("*.safetensors"))
+    files = weight_files(model_dir)
     if len(files) != 1:
         return False
     ours = load_file(str(files[0]))

@@ -8,7 +8,8 @@ hold, else torch (``DocEncoder``), as before:
 - ``--encode-precision fp32`` (mixed and bf16 are torch's autocast and conversions);
 - onnxruntime is installed;
 - the bundle's backbone is an encoder in the "max" sparse mode (a decoder LLM or a
-  Medusa mode runs on torch).
+  Medusa mode runs on torch); a fitted sparse head (a per-term scale and bias, a low-rank
+  correction: ``model.sparse_fits``) runs on either.
 
 ``onnx`` insists (an error names the condition that fails); ``torch`` is today's path on
 any device. Both give the same vectors (``tests/model/test_onnx_runtime.py``): an index does not

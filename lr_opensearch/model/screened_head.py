@@ -16,10 +16,15 @@ from lr_opensearch.model.numpy_head import NumpyHead
 
 def screened_sparse(head: NumpyHead, hidden: np.ndarray, mask: np.ndarray, prefix: int) -> np.ndarray:
     """``head.sparse(hidden, mask, prefix)``'s values, the top (top_k + specials) of each
-    row float32's exactly, the rest the bfloat16 pass's (never kept)."""
+    row float32's exactly, the rest the bfloat16 pass's (never kept). With a fitted per-term
+    scale and bias there is no screen (it proves the top of the raw maxima, not of theirs),
+    as on torch (``LightRetrieverModel.encode_documents``)."""
     content = torch.from_numpy(head.content(mask, prefix))
     bias = None if head.bias is None else torch.from_numpy(head.bias)
     with torch.inference_mode():
+        exact_top = None if head.term_scale is not None else head.top_k + len(head.excluded)
         maxima = projection_max(torch.from_numpy(hidden), content, torch.from_numpy(head.weight),
-                                bias, exact_top=head.top_k + len(head.excluded))
+                                bias, exact_top=exact_top)
+        if head.term_scale is not None:
+            return head.activate(maxima.numpy())
         return sparse_activation(maxima).numpy()

@@ -45,12 +45,19 @@ def build_without_torch(tmp_path: Path, args: list[str], env: dict[str, str],
     """``lr bundle build ARGS`` in a fresh interpreter where ``import torch`` fails (a
     sitecustomize on PYTHONPATH); returns its output. Fails unless it built the bundle
     without ever holding torch or transformers."""
+    return lr_without_torch(tmp_path, ["bundle", "build", *args], env, timeout)
+
+
+def lr_without_torch(tmp_path: Path, argv: list[str], env: dict[str, str],
+                     timeout: float = 600) -> str:
+    """``lr ARGV`` where ``import torch`` fails (see ``build_without_torch``); its output.
+    Fails unless it succeeded without ever holding torch or transformers."""
     shim = tmp_path / "no_torch"
     shim.mkdir(exist_ok=True)
     (shim / "sitecustomize.py").write_text(NO_TORCH)
     imported = tmp_path / "imported.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "lr_opensearch.cli", "bundle", "build", *args],
+        [sys.executable, "-m", "lr_opensearch.cli", *argv],
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
         env={**os.environ, **env, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}",
              "LR_TEST_IMPORTED": str(imported)})

@@ -3,6 +3,7 @@ checked before use, the runtime chosen as ``--runtime`` says, no torch on its im
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from lr_opensearch.model.numpy_head import NumpyHead
 from lr_opensearch.model.onnx_encoder import OnnxDocEncoder
 from lr_opensearch.model.onnx_graph import GRAPH_FILE, MANIFEST, graph_dir
 from lr_opensearch.model.runtime import choose_runtime, open_doc_encoder
+from lr_opensearch.model.sparse_fits import LOWRANK_FILE, TERM_AFFINE_FILE
+from lr_opensearch.model.sparse_lowrank import LowRankCorrection
+from lr_opensearch.model.term_affine import TermAffine
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DOCS = [*SENTENCES, "a", "the the the the", SENTENCES[0] * 6]
@@ -50,23 +54,42 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def tied_bundle(root: Path) -> Path:
+def tied_bundle(root: Path, fits: str = "") -> Path:
     """A bare BertModel (tied sparse head), CLS pooling, normalised, served prefix 16 of
-    32, a document prompt: every branch of the numpy head the MLM bundle does not take."""
+    32, a document prompt: every branch of the numpy head the MLM bundle does not take.
+    ``fits`` ("affine", "lowrank" or both): a fitted sparse head beside its weights, random
+    and large enough to change every document's kept terms (issue 48)."""
     model, tok = tiny_bert(seed=3, architecture="BertModel", pooling="cls", normalize=True)
     model_dir = save_model_dir(model, tok, root / "tied_model")
+    g, fields = torch.Generator().manual_seed(5), {}
+    if "affine" in fits:
+        TermAffine(torch.rand(model.vocab_size, generator=g) * 2 + 0.1,
+                   torch.randn(model.vocab_size, generator=g)).save(model_dir / TERM_AFFINE_FILE)
+        fields["sparse_term_affine"] = True
+    if "lowrank" in fits:
+        LowRankCorrection(torch.randn(model.vocab_size, 3, generator=g),
+                          torch.randn(32, 3, generator=g)).save(model_dir / LOWRANK_FILE)
+        fields["sparse_lowrank"] = 3
     return tiny_bundle(root / "tied_bundle", tok, seed=3, doc_encoder_dir=model_dir, dense_dim=32,
                        served_dim=16, architecture="BertModel", sparse_head="tied", pooling="cls",
                        normalize=True, max_length=40, sparse_top_k=12, sparse_min_weight=0.05,
-                       document_prompt="passage: ")
+                       document_prompt="passage: ", **fields)
+
+
+FITTED = {f"tied-{fits}": functools.partial(tied_bundle, fits=fits)
+          for fits in ("affine", "lowrank", "affine+lowrank")}
 
 
 @pytest.mark.parametrize("screen", [False, True], ids=["numpy", "screened"])
-@pytest.mark.parametrize("make", [build_tiny_bundle, tied_bundle], ids=["mlm-mean", "tied-cls"])
+@pytest.mark.parametrize("make", [build_tiny_bundle, tied_bundle, *FITTED.values()],
+                         ids=["mlm-mean", "tied-cls", *FITTED])
 def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make, screen: bool) -> None:  # noqa: ANN001
+    """The same documents on both runtimes, a bundle's fitted sparse head included (issue
+    48): ``--runtime auto`` picks ONNX Runtime for it on a CPU."""
     bundle = load_bundle(make(tmp_path))
     onnx = OnnxDocEncoder.from_bundle(bundle, batch_size=4, screen=screen)
     assert onnx.graph.source.startswith("export torch")
+    assert isinstance(open_doc_encoder(bundle, device="cpu"), OnnxDocEncoder)
     torch_encoder = DocEncoder.from_bundle(bundle, device="cpu", batch_size=4)
     gap, terms = assert_same_documents(torch_encoder, onnx, DOCS)
     assert terms > len(DOCS)  # terms were compared, not empty dicts
@@ -75,6 +98,20 @@ def test_onnx_runtime_encodes_as_torch(tmp_path: Path, cache: Path, make, screen
     # the graph is cached: a second encoder reuses it, no second export
     again = OnnxDocEncoder.from_bundle(bundle, screen=False)
     assert again.graph.path == onnx.graph.path and len(list((cache / "onnx").iterdir())) == 1
+
+
+def test_a_fitted_heads_files_are_not_the_graphs(tmp_path: Path) -> None:
+    """The fitted sparse head's files sit beside the backbone's weights but are not part of
+    them: the graph's key (and a packaged jar's match) is the unfitted checkpoint's, so a
+    fitted bundle of the packaged MiniLM encodes with the jar's graph, no torch export."""
+    from lr_opensearch.model.checkpoint import weight_files
+    from lr_opensearch.model.onnx_graph import graph_key
+
+    fitted = load_bundle(tied_bundle(tmp_path / "fitted", "affine+lowrank")).doc_encoder_dir
+    plain = load_bundle(tied_bundle(tmp_path / "plain")).doc_encoder_dir
+    assert {LOWRANK_FILE, TERM_AFFINE_FILE} <= {p.name for p in fitted.iterdir()}
+    assert [p.name for p in weight_files(fitted)] == [p.name for p in weight_files(plain)]
+    assert graph_key(fitted, "tied") == graph_key(plain, "tied")
 
 
 def test_numpy_head_equals_the_torch_head() -> None:

