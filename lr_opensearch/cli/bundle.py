@@ -44,7 +44,10 @@ fitting the query table:
   train dense 0.632 -> 0.648, LR hybrid +0.005 on ADI/CISI/Cranfield (docs/RESULTS.md).
   --fit-sparse N fits the sparse document side on the same pseudo-queries (a per-term
   scale and bias on the sparse head; the query side does not change), --fit-sparse-lowrank R
-  a rank-R correction of the sparse projection: docs/results/sparse.md.
+  a rank-R correction of the sparse projection. Both are off by default because neither
+  helped where measured (docs/results/sparse.md): SciFact train's LR sparse moved
+  +0.002 / +0.006 nDCG@10, the four shared collections' average -0.008 / +0.003, ADI
+  -0.051 / -0.010.
   Without --fit-corpus the bundle keeps the UNFITTED table and count weights (a warning
   says so); --no-fit does the same silently. The small sample corpus shipped with
   lr-opensearch is not used for a default fit: fitting on it would reshape only the rows
