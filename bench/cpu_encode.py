@@ -113,21 +113,6 @@ def _timed_rounds(encoders: dict[str, Any], items: list[str], size: int, call: s
     return seconds, per_slice, outputs
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    num = (a * b).sum(1)
-    return num / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
-
-
-def _sparse_cosines(a: list[dict[int, float]], b: list[dict[int, float]]) -> np.ndarray:
-    out = []
-    for x, y in zip(a, b, strict=True):
-        dot = sum(w * y.get(t, 0.0) for t, w in x.items())
-        nx = np.sqrt(sum(w * w for w in x.values()))
-        ny = np.sqrt(sum(w * w for w in y.values()))
-        out.append(dot / max(nx * ny, 1e-30) if nx or ny else 1.0)
-    return np.asarray(out)
-
-
 def _batches(encoder: Any, texts: list[str]) -> list[tuple[Any, Any]]:
     """``DocEncoder``'s batches of ``texts`` (length-sorted, ``batch_size``) as tensors."""
     from lr_opensearch.model.doc_encoder import length_batches, padded
@@ -303,22 +288,16 @@ def main(argv: list[str] | None = None) -> int:
         by_split = {s: _checks.quality(bundle, d, doc_ids, dense, sparse,
                                        np.asarray(full([d.queries[q] for q in sorted(d.queries)]), np.float32))
                     for s, d in judged.items()}
-        cos_d, cos_s, cos_q = _cosines(dense, base_dense), _sparse_cosines(sparse, base_sparse), _cosines(qvecs, base_q)
+        cos_q = _checks.cosines(qvecs, base_q)
         report["variants"][n] = {
             "docs_per_s": len(texts) / doc_s[n], "queries_per_s": len(pseudo) / q_s[n],
             "docs_ratio": doc_s[ref] / doc_s[n], "queries_ratio": q_s[ref] / q_s[n],
             "docs_ratio_median_slice": statistics.median(
                 f / v for f, v in zip(doc_slices[ref], doc_slices[n], strict=True)),
             **(_limits(anatomy[n], peak, n, encoders[n]._exact_top) if n in anatomy else {}),
-            "dense_cos_min": float(cos_d.min()), "dense_cos_mean": float(cos_d.mean()),
-            "sparse_cos_min": float(cos_s.min()), "sparse_cos_mean": float(cos_s.mean()),
+            **_checks.vector_gaps(dense, base_dense, sparse, base_sparse),
             "sparse_equal": all(a.keys() == b.keys() and all(abs(a[t] - b[t]) <= 1e-5 for t in a)
                                 for a, b in zip(sparse, base_sparse, strict=True)),
-            "sparse_terms_differing": sum(len(a.keys() ^ b.keys())
-                                          for a, b in zip(sparse, base_sparse, strict=True)),
-            "sparse_terms_beyond_ties": sum(_checks.beyond_ties(a, b) for a, b in zip(sparse, base_sparse, strict=True)),
-            "sparse_weight_gap_max": max((abs(a[t] - b[t]) for a, b in zip(sparse, base_sparse, strict=True)
-                                          for t in a.keys() & b.keys()), default=0.0),
             "query_cos_min": float(cos_q.min()), "query_cos_mean": float(cos_q.mean()),
             "ndcg@10": by_split[splits[0]], "ndcg@10_by_split": by_split,
             "e2e_gflops": flops / doc_s[n] / 1e9,

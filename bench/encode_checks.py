@@ -93,6 +93,39 @@ def beyond_ties(a: dict[Any, float], b: dict[Any, float], gap: float = EQUAL_WEI
                or abs(a.get(t, b.get(t, 0.0)) - floor_b) > gap)
 
 
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row cosines of ``a`` and ``b`` [rows, dim]."""
+    num = (a * b).sum(1)
+    return num / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+
+
+def sparse_cosines(a: list[dict[Any, float]], b: list[dict[Any, float]]) -> np.ndarray:
+    """Cosines of paired {term: weight} vectors (1 where both are empty)."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        dot = sum(w * y.get(t, 0.0) for t, w in x.items())
+        nx = np.sqrt(sum(w * w for w in x.values()))
+        ny = np.sqrt(sum(w * w for w in y.values()))
+        out.append(dot / max(nx * ny, 1e-30) if nx or ny else 1.0)
+    return np.asarray(out)
+
+
+def vector_gaps(dense: np.ndarray, base_dense: np.ndarray, sparse: list[dict[Any, float]],
+                base_sparse: list[dict[Any, float]]) -> dict[str, Any]:
+    """The figures ``equal`` reads, of documents (``dense`` [docs, dim] and ``sparse``
+    {term: weight} per document) against the reference's, document by document."""
+    pairs = list(zip(sparse, base_sparse, strict=True))
+    cos_d, cos_s = cosines(dense, base_dense), sparse_cosines(sparse, base_sparse)
+    return {
+        "dense_cos_min": float(cos_d.min()), "dense_cos_mean": float(cos_d.mean()),
+        "sparse_cos_min": float(cos_s.min()), "sparse_cos_mean": float(cos_s.mean()),
+        "sparse_terms_differing": sum(len(a.keys() ^ b.keys()) for a, b in pairs),
+        "sparse_terms_beyond_ties": sum(beyond_ties(a, b) for a, b in pairs),
+        "sparse_weight_gap_max": max((abs(a[t] - b[t]) for a, b in pairs for t in a.keys() & b.keys()),
+                                     default=0.0),
+    }
+
+
 def equal(v: dict[str, Any]) -> bool:
     """Issue 47's equality of a variant with the reference (module doc)."""
     differing = v.get("sparse_terms_beyond_ties", v["sparse_terms_differing"])
