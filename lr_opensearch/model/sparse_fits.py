@@ -52,6 +52,16 @@ def affine_maxima(maxima: T, scale: Any, bias: Any) -> T:
     return maxima * scale + bias  # type: ignore[operator, no-any-return]
 
 
+def write_checked(path: str | Path, fmt: str, version: int, tensors: dict[str, np.ndarray]) -> Path:
+    """Write ``tensors`` (float32) as a safetensors file whose metadata names ``fmt`` and
+    ``version``: the file ``read_checked`` reads back."""
+    from safetensors.numpy import save_file
+
+    save_file({n: np.ascontiguousarray(t, np.float32) for n, t in tensors.items()}, str(path),
+              metadata={"format": fmt, "format_version": str(version)})
+    return Path(path)
+
+
 def read_checked(path: str | Path, fmt: str, version: int, names: tuple[str, ...], what: str,
                  ) -> dict[str, np.ndarray]:
     """The tensors ``names`` (numpy) of a safetensors file whose metadata names ``fmt`` at a

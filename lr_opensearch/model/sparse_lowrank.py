@@ -27,6 +27,7 @@ from lr_opensearch.model.sparse_fits import (
     check_lowrank,
     corrected_projection,
     read_lowrank,
+    write_checked,
 )
 
 
@@ -61,11 +62,8 @@ class LowRankCorrection(nn.Module):
 
     def save(self, path: str | Path) -> Path:
         """Write the safetensors file with its format name and version."""
-        from safetensors.torch import save_file
-
-        save_file({"up": self.up.detach().cpu().contiguous(), "down": self.down.detach().cpu().contiguous()},
-                  str(path), metadata={"format": LOWRANK_FORMAT, "format_version": str(LOWRANK_VERSION)})
-        return Path(path)
+        tensors = {"up": self.up.detach().cpu().numpy(), "down": self.down.detach().cpu().numpy()}
+        return write_checked(path, LOWRANK_FORMAT, LOWRANK_VERSION, tensors)
 
     @classmethod
     def load(cls, path: str | Path, vocab_size: int, hidden_size: int) -> LowRankCorrection:

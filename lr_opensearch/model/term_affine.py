@@ -27,6 +27,7 @@ from lr_opensearch.model.sparse_fits import (
     affine_maxima,
     check_term_affine,
     read_term_affine,
+    write_checked,
 )
 
 
@@ -58,12 +59,8 @@ class TermAffine(nn.Module):
 
     def save(self, path: str | Path) -> Path:
         """Write the safetensors file with its format name and version."""
-        from safetensors.torch import save_file
-
-        save_file({"scale": self.scale.detach().cpu().contiguous(),
-                   "bias": self.bias.detach().cpu().contiguous()}, str(path),
-                  metadata={"format": TERM_AFFINE_FORMAT, "format_version": str(TERM_AFFINE_VERSION)})
-        return Path(path)
+        tensors = {"scale": self.scale.detach().cpu().numpy(), "bias": self.bias.detach().cpu().numpy()}
+        return write_checked(path, TERM_AFFINE_FORMAT, TERM_AFFINE_VERSION, tensors)
 
     @classmethod
     def load(cls, path: str | Path, vocab_size: int) -> TermAffine:
